@@ -1,0 +1,46 @@
+// The OpenBLAS three-step attention baseline: per head, S = scale * Q K^T
+// (cblas_sgemm), a masked row softmax that the compiler vectorizes
+// (baseline_blas.cc is built with -O3 -march=native -ffast-math, so expf goes
+// through glibc's libmvec), then O = P V (cblas_sgemm). This is the
+// "vectorized 3-step" of the Performance issue: the baseline qkv must beat.
+#ifndef QKV_BENCH_BASELINE_BLAS_H_
+#define QKV_BENCH_BASELINE_BLAS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace qkv_bench {
+
+struct BlasShape {
+  int64_t q_len, kv_len, head_dim, value_dim;
+  float scale;
+  // Bottom-right aligned, as in qkv: query i sees key j iff
+  // j <= i + kv_len - q_len.
+  bool causal;
+};
+
+// False when the benchmark was built without OpenBLAS (QKV_BENCH_HAVE_OPENBLAS
+// undefined); then the functions below do nothing.
+bool BlasAvailable();
+
+// Pins OpenBLAS to `threads` threads (we run it single-threaded and, for the
+// 2-worker baseline, split the heads across our own pool instead).
+void BlasSetThreads(int threads);
+
+// OpenBLAS's description of itself, e.g. "OpenBLAS 0.3.21 ... SkylakeX", and
+// the core it dispatched to ("SkylakeX", "Haswell", "Prescott"...).
+std::string BlasConfig();
+std::string BlasCoreName();
+
+// Floats of scratch one head needs (the q_len x kv_len score matrix).
+size_t BlasScratchFloats(const BlasShape& shape);
+
+// One head: q [q_len][head_dim], k [kv_len][head_dim], v [kv_len][value_dim],
+// out [q_len][value_dim]; scratch holds BlasScratchFloats(shape) floats.
+void BlasAttentionHead(const BlasShape& shape, const float* q, const float* k,
+                       const float* v, float* out, float* scratch);
+
+}  // namespace qkv_bench
+
+#endif  // QKV_BENCH_BASELINE_BLAS_H_

@@ -1,0 +1,370 @@
+// Google Benchmark suite for qkv_attention_f32.
+//
+// Every shape runs every backend the library offers on this CPU (from
+// qkv_backend_name(i)), with 1 and 2 workers of a std::thread pool for the
+// fast backends, beside the OpenBLAS three-step baseline (1 and 2 workers) and
+// the scalar reference backend, all in the same run. Names are
+//   attention_f32/<shape>/<implementation>/workers:<n>
+// e.g. attention_f32/S2_prefill/highway:AVX3_DL/workers:1, and
+//   attention_f32/S2_prefill/openblas_3step/workers:1.
+// bench/run.sh runs this binary with repetitions and turns the medians into a
+// table.
+//
+// Counters (rates use wall-clock time: every benchmark is UseRealTime):
+//   flop     FLOP/s, FLOPs = 4 * batch * heads * q_len * kv_len * d (half with
+//            causal), the convention of the Performance issue
+//   bytes    bytes/s of q + k + v + out (f32)
+//   max_err  max |out - out_openblas| / max |v|, checked once per benchmark
+//            outside the timing loop (-1 when no OpenBLAS to compare with)
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "baseline_blas.h"
+#include "qkv/qkv.h"
+#include "support/thread_pool.h"
+
+namespace qkv_bench {
+namespace {
+
+struct Shape {
+  std::string name;
+  int64_t batch, heads, q_len, kv_len, head_dim;
+  bool causal;
+  bool sweep;  // part of the kv_len sweep: fewer implementations
+
+  int64_t value_dim() const { return head_dim; }
+  double Flops() const {
+    const double f =
+        4.0 * static_cast<double>(batch) * heads * q_len * kv_len * head_dim;
+    return causal ? f / 2 : f;
+  }
+  size_t QFloats() const { return size_t(batch * heads * q_len * head_dim); }
+  size_t KFloats() const { return size_t(batch * heads * kv_len * head_dim); }
+  size_t VFloats() const {
+    return size_t(batch * heads * kv_len * value_dim());
+  }
+  size_t OutFloats() const {
+    return size_t(batch * heads * q_len * value_dim());
+  }
+  double Bytes() const {
+    return 4.0 * double(QFloats() + KFloats() + VFloats() + OutFloats());
+  }
+};
+
+// 64-byte aligned float buffer, allocated once and kept for the whole run.
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<float, FreeDeleter>;
+
+Buffer AllocFloats(size_t n) {
+  const size_t bytes =
+      ((std::max<size_t>(n, 1) * sizeof(float)) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, bytes);
+  if (p == nullptr) {
+    std::fprintf(stderr, "qkv_bench: out of memory (%zu bytes)\n", bytes);
+    std::abort();
+  }
+  std::memset(p, 0, bytes);
+  return Buffer(static_cast<float*>(p));
+}
+
+// Inputs of one shape, shared by all its benchmarks, filled on first use.
+struct ShapeData {
+  Buffer q, k, v, out;
+  Buffer expected;  // the OpenBLAS 3-step's output, for max_err
+  bool have_expected = false;
+  float max_abs_v = 0.0f;
+};
+
+ShapeData& DataFor(const Shape& s) {
+  static std::map<std::string, std::unique_ptr<ShapeData>> cache;
+  std::unique_ptr<ShapeData>& slot = cache[s.name];
+  if (slot) return *slot;
+  slot.reset(new ShapeData);
+  ShapeData& d = *slot;
+  std::mt19937 rng(12345);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  auto fill = [&](size_t n) {
+    Buffer b = AllocFloats(n);
+    for (size_t i = 0; i < n; ++i) b.get()[i] = dist(rng);
+    return b;
+  };
+  d.q = fill(s.QFloats());
+  d.k = fill(s.KFloats());
+  d.v = fill(s.VFloats());
+  d.out = AllocFloats(s.OutFloats());
+  for (size_t i = 0; i < s.VFloats(); ++i) {
+    d.max_abs_v = std::max(d.max_abs_v, std::fabs(d.v.get()[i]));
+  }
+  return d;
+}
+
+BlasShape BlasShapeOf(const Shape& s) {
+  return BlasShape{s.q_len,
+                   s.kv_len,
+                   s.head_dim,
+                   s.value_dim(),
+                   1.0f / std::sqrt(static_cast<float>(s.head_dim)),
+                   s.causal};
+}
+
+// The 3-step baseline over all heads; heads are tasks of our pool, so
+// "workers:2" means two single-threaded OpenBLAS calls side by side.
+struct BlasRun {
+  const Shape* shape;
+  BlasShape bs;
+  const float *q, *k, *v;
+  float* out;
+  float* scratch;  // one BlasScratchFloats per worker
+  size_t scratch_floats;
+
+  static void Task(void* arg, size_t task, size_t worker) {
+    const BlasRun& r = *static_cast<const BlasRun*>(arg);
+    const Shape& s = *r.shape;
+    const size_t t = task;
+    BlasAttentionHead(
+        r.bs, r.q + t * s.q_len * s.head_dim, r.k + t * s.kv_len * s.head_dim,
+        r.v + t * s.kv_len * s.value_dim(), r.out + t * s.q_len * s.value_dim(),
+        r.scratch + worker * r.scratch_floats);
+  }
+};
+
+void ComputeExpected(const Shape& s, ShapeData& d) {
+  if (d.have_expected || !BlasAvailable()) return;
+  d.expected = AllocFloats(s.OutFloats());
+  const BlasShape bs = BlasShapeOf(s);
+  Buffer scratch = AllocFloats(BlasScratchFloats(bs));
+  BlasRun run{&s,
+              bs,
+              d.q.get(),
+              d.k.get(),
+              d.v.get(),
+              d.expected.get(),
+              scratch.get(),
+              BlasScratchFloats(bs)};
+  for (size_t t = 0; t < size_t(s.batch * s.heads); ++t) {
+    BlasRun::Task(&run, t, 0);
+  }
+  d.have_expected = true;
+}
+
+double MaxErr(const Shape& s, const ShapeData& d, const float* out) {
+  if (!d.have_expected) return -1.0;
+  double err = 0.0;
+  for (size_t i = 0; i < s.OutFloats(); ++i) {
+    const double e = std::fabs(double(out[i]) - double(d.expected.get()[i]));
+    if (!(e <= err)) err = e;  // NaN sticks
+  }
+  return d.max_abs_v > 0 ? err / d.max_abs_v : err;
+}
+
+void SetCounters(benchmark::State& state, const Shape& s, double max_err) {
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["flop"] =
+      benchmark::Counter(s.Flops() * iters, benchmark::Counter::kIsRate);
+  state.counters["bytes"] =
+      benchmark::Counter(s.Bytes() * iters, benchmark::Counter::kIsRate);
+  state.counters["max_err"] = benchmark::Counter(max_err);
+}
+
+qkv_test::ThreadPool& Pool(size_t workers) {
+  static std::map<size_t, std::unique_ptr<qkv_test::ThreadPool>> pools;
+  std::unique_ptr<qkv_test::ThreadPool>& p = pools[workers];
+  if (!p) p.reset(new qkv_test::ThreadPool(workers));
+  return *p;
+}
+
+// One qkv benchmark: a backend, a shape, a worker count (0: no pool,
+// parallel_for NULL). The workspace is allocated on first run and kept.
+struct QkvCase {
+  Shape shape;
+  std::string backend;
+  size_t workers;
+  Buffer workspace;
+  size_t workspace_bytes = 0;
+  bool ready = false;
+  qkv_status status = QKV_OK;
+  double max_err = -1.0;
+};
+
+void RunQkv(benchmark::State& state, QkvCase* c) {
+  const Shape& s = c->shape;
+  ShapeData& d = DataFor(s);
+  qkv_attention_desc desc;
+  qkv_attention_desc_init(&desc, s.batch, s.heads, s.heads, s.q_len, s.kv_len,
+                          s.head_dim, s.value_dim());
+  if (s.causal) desc.mask = QKV_MASK_CAUSAL;
+  desc.backend = c->backend.c_str();
+  if (c->workers > 0) Pool(c->workers).Attach(&desc);
+  if (!c->ready) {
+    c->workspace_bytes = qkv_attention_workspace_size(&desc);
+    if (c->workspace_bytes > 0) {
+      c->workspace = AllocFloats((c->workspace_bytes + 3) / 4);
+    }
+    ComputeExpected(s, d);
+  }
+  void* ws = c->workspace.get();
+  const size_t ws_bytes = c->workspace_bytes;
+  if (!c->ready) {
+    // One untimed call (only the first time: the reference is slow): checks
+    // the status and the result, and warms the caches.
+    std::memset(d.out.get(), 0, s.OutFloats() * sizeof(float));
+    c->status = qkv_attention_f32(&desc, d.q.get(), d.k.get(), d.v.get(),
+                                  d.out.get(), nullptr, nullptr, ws, ws_bytes);
+    if (c->status == QKV_OK) c->max_err = MaxErr(s, d, d.out.get());
+    c->ready = true;
+  }
+  if (c->status != QKV_OK) {
+    state.SkipWithError(qkv_status_string(c->status));
+    return;
+  }
+  for (auto _ : state) {
+    qkv_attention_f32(&desc, d.q.get(), d.k.get(), d.v.get(), d.out.get(),
+                      nullptr, nullptr, ws, ws_bytes);
+    benchmark::ClobberMemory();
+  }
+  SetCounters(state, s, c->max_err);
+}
+
+struct BlasCase {
+  Shape shape;
+  size_t workers;
+  Buffer scratch;
+  bool ready = false;
+};
+
+void RunBlas(benchmark::State& state, BlasCase* c) {
+  const Shape& s = c->shape;
+  ShapeData& d = DataFor(s);
+  const BlasShape bs = BlasShapeOf(s);
+  const size_t per_worker = BlasScratchFloats(bs);
+  if (!c->ready) {
+    c->scratch = AllocFloats(per_worker * c->workers);
+    ComputeExpected(s, d);
+  }
+  BlasRun run{&s,        bs,          d.q.get(),        d.k.get(),
+              d.v.get(), d.out.get(), c->scratch.get(), per_worker};
+  qkv_test::ThreadPool& pool = Pool(c->workers);
+  const size_t tasks = size_t(s.batch * s.heads);
+  if (!c->ready) {
+    pool.Run(tasks, &BlasRun::Task, &run);  // warm-up, untimed
+    c->ready = true;
+  }
+  for (auto _ : state) {
+    pool.Run(tasks, &BlasRun::Task, &run);
+    benchmark::ClobberMemory();
+  }
+  SetCounters(state, s, 0.0);
+}
+
+std::vector<Shape> Shapes() {
+  std::vector<Shape> v = {
+      {"S1_decode", 1, 32, 1, 4096, 128, false, false},
+      {"S2_prefill", 1, 8, 1024, 1024, 64, true, false},
+      {"S3_small", 1, 4, 128, 128, 64, false, false},
+      {"S4_toy", 1, 1, 4, 4, 2, false, false},
+  };
+  for (int64_t kv = 128; kv <= 4096; kv *= 2) {
+    v.push_back(
+        {"sweep_kv" + std::to_string(kv), 1, 4, 128, kv, 64, false, true});
+  }
+  return v;
+}
+
+// The scalar reference is slow on the big shapes: one call per repetition and
+// three repetitions (the median still exists) instead of the command line's.
+constexpr double kSlowReferenceFlops = 5e7;
+
+void RegisterAll() {
+  std::vector<std::string> backends;
+  for (size_t i = 0; i < qkv_backend_count(); ++i) {
+    const char* name = qkv_backend_name(i);
+    if (name != nullptr) backends.push_back(name);
+  }
+  const bool blas = BlasAvailable();
+  for (const Shape& s : Shapes()) {
+    const std::string prefix = "attention_f32/" + s.name + "/";
+    for (size_t b = 0; b < backends.size(); ++b) {
+      const std::string& be = backends[b];
+      const bool reference = be == "reference";
+      // The sweep keeps to the default (best) backend and the reference.
+      if (s.sweep && b != 0 && !reference) continue;
+      const std::vector<size_t> worker_counts =
+          reference ? std::vector<size_t>{0} : std::vector<size_t>{1, 2};
+      for (size_t w : worker_counts) {
+        QkvCase* c = new QkvCase{s, be, w, nullptr};  // lives for the run
+        const std::string name =
+            prefix + be + "/workers:" + std::to_string(w == 0 ? 1 : w);
+        benchmark::internal::Benchmark* bm =
+            benchmark::RegisterBenchmark(name.c_str(), RunQkv, c);
+        bm->UseRealTime()->Unit(benchmark::kMicrosecond);
+        if (reference && s.Flops() >= kSlowReferenceFlops) {
+          bm->Iterations(1)->Repetitions(3);
+        }
+      }
+    }
+    if (blas) {
+      for (size_t w : {size_t(1), size_t(2)}) {
+        BlasCase* c = new BlasCase{s, w, nullptr};
+        const std::string name =
+            prefix + "openblas_3step/workers:" + std::to_string(w);
+        benchmark::RegisterBenchmark(name.c_str(), RunBlas, c)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
+  }
+}
+
+void AddContext() {
+  char version[32];
+  const uint32_t v = qkv_version();
+  std::snprintf(version, sizeof version, "%u.%u.%u", unsigned(v >> 16),
+                unsigned((v >> 8) & 0xff), unsigned(v & 0xff));
+  benchmark::AddCustomContext("qkv_version", version);
+  benchmark::AddCustomContext("qkv_backend", qkv_backend());
+  std::string all;
+  for (size_t i = 0; i < qkv_backend_count(); ++i) {
+    const char* n = qkv_backend_name(i);
+    if (n == nullptr) continue;
+    if (!all.empty()) all += ",";
+    all += n;
+  }
+  benchmark::AddCustomContext("qkv_backends", all);
+  if (BlasAvailable()) {
+    benchmark::AddCustomContext("openblas_config", BlasConfig());
+    benchmark::AddCustomContext("openblas_corename", BlasCoreName());
+    const char* ct = std::getenv("OPENBLAS_CORETYPE");
+    benchmark::AddCustomContext("openblas_coretype_env", ct ? ct : "");
+  } else {
+    benchmark::AddCustomContext("openblas_config", "not built");
+  }
+}
+
+}  // namespace
+}  // namespace qkv_bench
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  // Single-threaded OpenBLAS: the 2-worker baseline splits heads across our
+  // own pool, like qkv does, so both sides use the same threads.
+  qkv_bench::BlasSetThreads(1);
+  qkv_bench::AddContext();
+  qkv_bench::RegisterAll();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

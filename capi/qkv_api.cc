@@ -1,0 +1,409 @@
+// The C ABI boundary: descriptor normalization (struct_size), argument
+// validation, status codes, version, engine choice, workspace carving and the
+// hand-off to the caller's thread pool. Kernels behind it never validate.
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "engine.h"
+#include "qkv/qkv.h"
+
+namespace qkv {
+namespace {
+
+// A struct_size beyond this is not a descriptor but a bug: refuse it rather
+// than read that much of the caller's memory.
+constexpr size_t kMaxStructSize = 4096;
+
+#define QKV_FIELD_END(field)                  \
+  (offsetof(qkv_attention_desc, field) +      \
+   sizeof(static_cast<qkv_attention_desc*>(nullptr)->field))
+
+// End offsets of the descriptor's fields, in declaration order. A caller's
+// struct_size covers a prefix; a field is read only when it lies wholly
+// inside it.
+constexpr size_t kFieldEnds[] = {
+    QKV_FIELD_END(struct_size),      QKV_FIELD_END(batch),
+    QKV_FIELD_END(q_heads),          QKV_FIELD_END(kv_heads),
+    QKV_FIELD_END(q_len),            QKV_FIELD_END(kv_len),
+    QKV_FIELD_END(head_dim),         QKV_FIELD_END(value_dim),
+    QKV_FIELD_END(score),            QKV_FIELD_END(scale),
+    QKV_FIELD_END(mask),             QKV_FIELD_END(valid_lens),
+    QKV_FIELD_END(valid_lens_per_query), QKV_FIELD_END(bias),
+    QKV_FIELD_END(bias_batch_stride), QKV_FIELD_END(bias_head_stride),
+    QKV_FIELD_END(additive_hidden),  QKV_FIELD_END(additive_w_q),
+    QKV_FIELD_END(additive_w_k),     QKV_FIELD_END(additive_w_v),
+    QKV_FIELD_END(parallel_for),     QKV_FIELD_END(parallel_ctx),
+    QKV_FIELD_END(num_workers),      QKV_FIELD_END(backend),
+};
+static_assert(kFieldEnds[sizeof(kFieldEnds) / sizeof(kFieldEnds[0]) - 1] <=
+                  sizeof(qkv_attention_desc),
+              "kFieldEnds must list every field, the last one last");
+
+float DefaultScale(int64_t head_dim) {
+  return head_dim > 0 ? 1.0f / sqrtf(static_cast<float>(head_dim)) : 0.0f;
+}
+
+// Copies the caller's descriptor into `d`, defaulting what its struct_size
+// does not cover. Sets *newer when the caller's struct is longer than ours
+// and has non-zero bytes there (fields this library does not know).
+qkv_status ReadDesc(const qkv_attention_desc* in, qkv_attention_desc* d,
+                    bool* newer) {
+  *newer = false;
+  if (in == nullptr) return QKV_ERR_INVALID_ARGUMENT;
+  const size_t size = in->struct_size;
+  if (size < sizeof(size_t) || size > kMaxStructSize) {
+    return QKV_ERR_INVALID_ARGUMENT;
+  }
+  size_t covered = 0;
+  for (size_t end : kFieldEnds) {
+    if (end <= size) covered = end;
+  }
+  memset(d, 0, sizeof(*d));
+  d->score = QKV_SCORE_DOT;
+  memcpy(d, in, covered);
+  if (covered < QKV_FIELD_END(scale)) d->scale = DefaultScale(d->head_dim);
+  d->struct_size = sizeof(*d);
+  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(in);
+  for (size_t i = sizeof(*d); i < size; ++i) {
+    if (bytes[i] != 0) *newer = true;
+  }
+  return QKV_OK;
+}
+
+// a * b into *out; false when it overflows int64 (both are >= 0).
+bool Mul(int64_t a, int64_t b, int64_t* out) {
+  if (a != 0 && b > INT64_MAX / a) return false;
+  *out = a * b;
+  return true;
+}
+
+bool Mul4(int64_t a, int64_t b, int64_t c, int64_t e, int64_t* out) {
+  int64_t x, y;
+  return Mul(a, b, &x) && Mul(x, c, &y) && Mul(y, e, out);
+}
+
+// Element count n of floats is addressable: n * 4 bytes fits int64 and
+// size_t.
+bool Addressable(int64_t n) {
+  int64_t bytes;
+  return Mul(n, 4, &bytes) &&
+         static_cast<uint64_t>(bytes) <= static_cast<uint64_t>(SIZE_MAX);
+}
+
+struct Range {
+  uintptr_t begin, end;
+};
+
+Range RangeOf(const void* p, int64_t elements, size_t element_size) {
+  const uintptr_t b = reinterpret_cast<uintptr_t>(p);
+  if (p == nullptr) return {0, 0};
+  return {b, b + static_cast<uintptr_t>(elements) * element_size};
+}
+
+bool Overlap(Range a, Range b) {
+  return a.begin != a.end && b.begin != b.end && a.begin < b.end &&
+         b.begin < a.end;
+}
+
+// Everything a call needs that depends on the descriptor only.
+struct Plan {
+  Problem problem;
+  const Engine* engine;
+  size_t workers;
+  size_t shared;      // bytes for prepare's results, shared by all tasks
+  size_t per_worker;  // bytes of each worker's slice
+  size_t workspace;   // total bytes, with alignment slack
+  qkv_parallel_for_fn parallel_for;
+  void* parallel_ctx;
+};
+
+// Validates the descriptor (not the data pointers) and picks the engine.
+qkv_status MakePlan(const qkv_attention_desc* in, Plan* plan) {
+  qkv_attention_desc d;
+  bool newer = false;
+  qkv_status st = ReadDesc(in, &d, &newer);
+  if (st != QKV_OK) return st;
+
+  const int64_t sizes[] = {d.batch,  d.q_heads,  d.kv_heads, d.q_len,
+                           d.kv_len, d.head_dim, d.value_dim};
+  for (int64_t s : sizes) {
+    if (s <= 0) return QKV_ERR_INVALID_ARGUMENT;
+  }
+  if (d.q_heads % d.kv_heads != 0) return QKV_ERR_INVALID_ARGUMENT;
+  const int score = static_cast<int>(d.score);
+  if (score != QKV_SCORE_DOT && score != QKV_SCORE_GAUSSIAN &&
+      score != QKV_SCORE_ADDITIVE) {
+    return QKV_ERR_INVALID_ARGUMENT;
+  }
+  const uint32_t known_masks =
+      QKV_MASK_CAUSAL | QKV_MASK_VALID_LENS | QKV_MASK_BIAS;
+  if ((d.mask & ~known_masks) != 0) return QKV_ERR_INVALID_ARGUMENT;
+  if (!isfinite(d.scale)) return QKV_ERR_INVALID_ARGUMENT;
+
+  // Every element count and byte count must be representable.
+  int64_t n_q, n_k, n_v, n_out, n_weights, n_rows;
+  if (!Mul4(d.batch, d.q_heads, d.q_len, d.head_dim, &n_q) ||
+      !Mul4(d.batch, d.kv_heads, d.kv_len, d.head_dim, &n_k) ||
+      !Mul4(d.batch, d.kv_heads, d.kv_len, d.value_dim, &n_v) ||
+      !Mul4(d.batch, d.q_heads, d.q_len, d.value_dim, &n_out) ||
+      !Mul4(d.batch, d.q_heads, d.q_len, d.kv_len, &n_weights) ||
+      !Mul4(d.batch, d.q_heads, d.q_len, 1, &n_rows)) {
+    return QKV_ERR_INVALID_ARGUMENT;
+  }
+  const int64_t counts[] = {n_q, n_k, n_v, n_out, n_weights, n_rows};
+  for (int64_t n : counts) {
+    if (!Addressable(n)) return QKV_ERR_INVALID_ARGUMENT;
+  }
+
+  Problem& p = plan->problem;
+  memset(&p, 0, sizeof(p));
+  p.batch = d.batch;
+  p.q_heads = d.q_heads;
+  p.kv_heads = d.kv_heads;
+  p.q_len = d.q_len;
+  p.kv_len = d.kv_len;
+  p.head_dim = d.head_dim;
+  p.value_dim = d.value_dim;
+  p.group = d.q_heads / d.kv_heads;
+  p.score = d.score;
+  p.scale = d.scale;
+  p.causal = (d.mask & QKV_MASK_CAUSAL) != 0;
+
+  if (d.mask & QKV_MASK_VALID_LENS) {
+    if (d.valid_lens == nullptr) return QKV_ERR_INVALID_ARGUMENT;
+    const int64_t n = d.valid_lens_per_query ? d.batch * d.q_len : d.batch;
+    for (int64_t i = 0; i < n; ++i) {
+      if (d.valid_lens[i] < 0 || d.valid_lens[i] > d.kv_len) {
+        return QKV_ERR_INVALID_ARGUMENT;
+      }
+    }
+    p.valid_lens = d.valid_lens;
+    p.valid_lens_per_query = d.valid_lens_per_query != 0;
+  }
+  if (d.mask & QKV_MASK_BIAS) {
+    if (d.bias == nullptr || d.bias_batch_stride < 0 ||
+        d.bias_head_stride < 0) {
+      return QKV_ERR_INVALID_ARGUMENT;
+    }
+    // The last element read: (B-1)*sb + (H-1)*sh + Lq*Lk - 1.
+    int64_t last_b, last_h, row_block;
+    if (!Mul(d.batch - 1, d.bias_batch_stride, &last_b) ||
+        !Mul(d.q_heads - 1, d.bias_head_stride, &last_h) ||
+        !Mul(d.q_len, d.kv_len, &row_block) || last_b > INT64_MAX - last_h ||
+        last_b + last_h > INT64_MAX - row_block ||
+        !Addressable(last_b + last_h + row_block)) {
+      return QKV_ERR_INVALID_ARGUMENT;
+    }
+    p.bias = d.bias;
+    p.bias_batch_stride = d.bias_batch_stride;
+    p.bias_head_stride = d.bias_head_stride;
+  }
+  if (d.score == QKV_SCORE_ADDITIVE) {
+    int64_t w, proj;
+    if (d.additive_hidden <= 0 || d.additive_w_q == nullptr ||
+        d.additive_w_k == nullptr || d.additive_w_v == nullptr ||
+        !Mul(d.additive_hidden, d.head_dim, &w) || !Addressable(w) ||
+        !Mul(d.additive_hidden, d.kv_len + 1, &proj) || !Addressable(proj) ||
+        !Mul(n_k / d.head_dim, d.additive_hidden, &proj) ||
+        !Addressable(proj) || !Mul(n_rows, d.additive_hidden, &proj) ||
+        !Addressable(proj)) {
+      return QKV_ERR_INVALID_ARGUMENT;
+    }
+    p.additive_hidden = d.additive_hidden;
+    p.w_q = d.additive_w_q;
+    p.w_k = d.additive_w_k;
+    p.w_v = d.additive_w_v;
+  }
+  if (d.parallel_for != nullptr && d.num_workers == 0) {
+    return QKV_ERR_INVALID_ARGUMENT;
+  }
+
+  // Valid, but maybe not servable here.
+  if (newer) return QKV_ERR_UNSUPPORTED;
+  if (d.q_len > INT32_MAX || d.kv_len > INT32_MAX) return QKV_ERR_UNSUPPORTED;
+  const Engine* engine = nullptr;
+  if (d.backend != nullptr && d.backend[0] != '\0') {
+    engine = FindEngine(d.backend);
+    if (engine == nullptr || !engine->supports(p)) return QKV_ERR_UNSUPPORTED;
+  } else {
+    for (size_t i = 0; engine == nullptr && i < EngineCount(); ++i) {
+      if (EngineAt(i)->supports(p)) engine = EngineAt(i);
+    }
+    if (engine == nullptr) return QKV_ERR_UNSUPPORTED;
+  }
+
+  plan->engine = engine;
+  plan->parallel_for = d.parallel_for;
+  plan->parallel_ctx = d.parallel_ctx;
+  plan->workers = d.parallel_for != nullptr ? d.num_workers : 1;
+  plan->shared = engine->shared_workspace(p);
+  plan->per_worker = engine->workspace_per_worker(p);
+  plan->workspace = 0;
+  if (plan->shared != 0 || plan->per_worker != 0) {
+    const size_t room = SIZE_MAX - kWorkspaceAlign - plan->shared;
+    if (plan->shared > SIZE_MAX / 2 ||
+        (plan->per_worker != 0 && plan->per_worker > room / plan->workers)) {
+      return QKV_ERR_INVALID_ARGUMENT;  // the workspace is not addressable
+    }
+    plan->workspace = plan->shared + plan->per_worker * plan->workers +
+                      kWorkspaceAlign - 1;
+  }
+  return QKV_OK;
+}
+
+struct CallContext {
+  const Problem* problem;
+  const Engine* engine;
+  const unsigned char* shared;
+  unsigned char* workers_base;
+  size_t per_worker;
+  size_t workers;
+};
+
+void RunOneTask(void* arg, size_t task, size_t worker) {
+  const CallContext* c = static_cast<const CallContext*>(arg);
+  // A pool that breaks its contract must not make us write out of bounds.
+  if (worker >= c->workers) return;
+  c->engine->run_task(*c->problem, task, c->shared,
+                      c->workers_base + worker * c->per_worker);
+}
+
+}  // namespace
+}  // namespace qkv
+
+extern "C" {
+
+QKV_API uint32_t qkv_version(void) {
+  return (QKV_VERSION_MAJOR << 16) | (QKV_VERSION_MINOR << 8) |
+         QKV_VERSION_PATCH;
+}
+
+QKV_API const char* qkv_backend(void) { return qkv::EngineAt(0)->name; }
+
+QKV_API size_t qkv_backend_count(void) { return qkv::EngineCount(); }
+
+QKV_API const char* qkv_backend_name(size_t index) {
+  const qkv::Engine* e = qkv::EngineAt(index);
+  return e != nullptr ? e->name : nullptr;
+}
+
+QKV_API const char* qkv_status_string(qkv_status status) {
+  switch (status) {
+    case QKV_OK:
+      return "ok";
+    case QKV_ERR_INVALID_ARGUMENT:
+      return "invalid argument: a size, flag, pointer, length or stride "
+             "breaks the qkv_attention_desc contract";
+    case QKV_ERR_WORKSPACE_TOO_SMALL:
+      return "workspace too small: pass at least "
+             "qkv_attention_workspace_size(desc) bytes";
+    case QKV_ERR_UNSUPPORTED:
+      return "unsupported: a valid request this build or CPU cannot serve "
+             "(backend, score kind or descriptor field)";
+  }
+  return "unknown qkv_status value";
+}
+
+QKV_API void qkv_attention_desc_init(qkv_attention_desc* desc, int64_t batch,
+                                     int64_t q_heads, int64_t kv_heads,
+                                     int64_t q_len, int64_t kv_len,
+                                     int64_t head_dim, int64_t value_dim) {
+  if (desc == nullptr) return;
+  memset(desc, 0, sizeof(*desc));
+  desc->struct_size = sizeof(*desc);
+  desc->batch = batch;
+  desc->q_heads = q_heads;
+  desc->kv_heads = kv_heads;
+  desc->q_len = q_len;
+  desc->kv_len = kv_len;
+  desc->head_dim = head_dim;
+  desc->value_dim = value_dim;
+  desc->score = QKV_SCORE_DOT;
+  desc->scale = qkv::DefaultScale(head_dim);
+  desc->mask = QKV_MASK_NONE;
+}
+
+QKV_API size_t qkv_attention_workspace_size(const qkv_attention_desc* desc) {
+  qkv::Plan plan;
+  return qkv::MakePlan(desc, &plan) == QKV_OK ? plan.workspace : 0;
+}
+
+QKV_API qkv_status qkv_attention_f32(const qkv_attention_desc* desc,
+                                     const float* q, const float* k,
+                                     const float* v, float* out,
+                                     float* weights, float* lse,
+                                     void* workspace, size_t workspace_size) {
+  using qkv::Overlap;
+  using qkv::RangeOf;
+  qkv::Plan plan;
+  qkv_status st = qkv::MakePlan(desc, &plan);
+  if (st == QKV_ERR_INVALID_ARGUMENT) return st;
+  if (q == nullptr || k == nullptr || v == nullptr || out == nullptr) {
+    return QKV_ERR_INVALID_ARGUMENT;
+  }
+  // Past here the sizes in plan.problem are valid even when st says the
+  // request is unsupported: every invalid argument is reported first.
+  qkv::Problem& p = plan.problem;
+  const int64_t rows = p.batch * p.q_heads * p.q_len;
+  const int64_t kv_rows = p.batch * p.kv_heads * p.kv_len;
+  const qkv::Range r_q = RangeOf(q, rows * p.head_dim, 4);
+  const qkv::Range r_k = RangeOf(k, kv_rows * p.head_dim, 4);
+  const qkv::Range r_v = RangeOf(v, kv_rows * p.value_dim, 4);
+  const qkv::Range r_out = RangeOf(out, rows * p.value_dim, 4);
+  const qkv::Range r_w = RangeOf(weights, rows * p.kv_len, 4);
+  const qkv::Range r_lse = RangeOf(lse, rows, 4);
+  const qkv::Range outputs[] = {r_out, r_w, r_lse};
+  const qkv::Range inputs[] = {r_q, r_k, r_v};
+  for (size_t i = 0; i < 3; ++i) {
+    for (size_t j = 0; j < 3; ++j) {
+      if (Overlap(outputs[i], inputs[j])) return QKV_ERR_INVALID_ARGUMENT;
+    }
+    for (size_t j = i + 1; j < 3; ++j) {
+      if (Overlap(outputs[i], outputs[j])) return QKV_ERR_INVALID_ARGUMENT;
+    }
+  }
+  if (workspace == nullptr && workspace_size != 0) {
+    return QKV_ERR_INVALID_ARGUMENT;
+  }
+  const qkv::Range r_ws = {reinterpret_cast<uintptr_t>(workspace),
+                           reinterpret_cast<uintptr_t>(workspace) +
+                               workspace_size};
+  for (const qkv::Range& r : outputs) {
+    if (Overlap(r_ws, r)) return QKV_ERR_INVALID_ARGUMENT;
+  }
+  for (const qkv::Range& r : inputs) {
+    if (Overlap(r_ws, r)) return QKV_ERR_INVALID_ARGUMENT;
+  }
+  if (st != QKV_OK) return st;
+  if (workspace_size < plan.workspace) return QKV_ERR_WORKSPACE_TOO_SMALL;
+
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.out = out;
+  p.weights = weights;
+  p.lse = lse;
+  unsigned char* base = nullptr;
+  if (plan.workspace != 0) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(workspace);
+    const uintptr_t aligned =
+        (at + qkv::kWorkspaceAlign - 1) & ~(uintptr_t{qkv::kWorkspaceAlign} - 1);
+    base = static_cast<unsigned char*>(workspace) + (aligned - at);
+  }
+  unsigned char* workers_base = base ? base + plan.shared : nullptr;
+  if (plan.engine->prepare != nullptr) plan.engine->prepare(p, base);
+  const size_t tasks = plan.engine->num_tasks(p);
+  if (plan.parallel_for == nullptr) {
+    for (size_t t = 0; t < tasks; ++t) {
+      plan.engine->run_task(p, t, base, workers_base);
+    }
+  } else {
+    qkv::CallContext ctx = {&p,           plan.engine,     base,
+                            workers_base, plan.per_worker, plan.workers};
+    plan.parallel_for(plan.parallel_ctx, tasks, &qkv::RunOneTask, &ctx);
+  }
+  return QKV_OK;
+}
+
+}  // extern "C"

@@ -1,0 +1,165 @@
+/* qkv: allocation-free attention for CPUs and microcontrollers.
+ *
+ * The one public ABI of the library: C99, plain structs, pointers and scalars.
+ * Everything below the "fixed contract" banner keeps its name, value and
+ * meaning forever; the descriptor only ever grows at its end.
+ *
+ *   out = softmax(a(q, k) + mask) v, per query row, over the kv_len keys.
+ *
+ * Usage (see README.md for the full semantics and the bad-input table):
+ *
+ *   qkv_attention_desc desc;
+ *   qkv_attention_desc_init(&desc, batch, q_heads, kv_heads, q_len, kv_len,
+ *                           head_dim, value_dim);
+ *   desc.mask = QKV_MASK_CAUSAL;
+ *   size_t bytes = qkv_attention_workspace_size(&desc);
+ *   void *ws = bytes ? my_arena_alloc(bytes) : NULL;   // yours, any alignment
+ *   qkv_status st = qkv_attention_f32(&desc, q, k, v, out, NULL, NULL, ws, bytes);
+ */
+#ifndef QKV_QKV_H_
+#define QKV_QKV_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32) && defined(QKV_SHARED_BUILD)
+#define QKV_API __declspec(dllexport)
+#elif defined(__GNUC__) || defined(__clang__)
+#define QKV_API __attribute__((visibility("default")))
+#else
+#define QKV_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Fixed contract                                                           */
+/* ------------------------------------------------------------------------ */
+
+#define QKV_VERSION_MAJOR 0
+#define QKV_VERSION_MINOR 1
+#define QKV_VERSION_PATCH 0
+
+/* (MAJOR << 16) | (MINOR << 8) | PATCH of the linked library. */
+QKV_API uint32_t qkv_version(void);
+
+/* Engine and SIMD target the library uses when the descriptor does not name
+ * one, e.g. "highway:AVX3_DL" or "reference". Chosen once, on first use.
+ * Never NULL. */
+QKV_API const char *qkv_backend(void);
+
+typedef enum qkv_status { /* values pinned forever */
+  QKV_OK = 0,
+  QKV_ERR_INVALID_ARGUMENT = 1,
+  QKV_ERR_WORKSPACE_TOO_SMALL = 2,
+  QKV_ERR_UNSUPPORTED = 3
+} qkv_status;
+
+/* A short English sentence for the status. Never NULL, also for unknown
+ * values. */
+QKV_API const char *qkv_status_string(qkv_status status);
+
+typedef enum qkv_score {
+  QKV_SCORE_DOT = 0,      /* s = scale * (q . k) */
+  QKV_SCORE_GAUSSIAN = 1, /* s = -scale * |q - k|^2 (Nadaraya-Watson: scale = 1/2) */
+  QKV_SCORE_ADDITIVE = 2  /* s = w_v . tanh(W_q q + W_k k) (Bahdanau); scale unused */
+} qkv_score;
+
+/* Mask flags, combinable: a key is visible iff every active mask allows it. */
+enum {
+  QKV_MASK_NONE = 0,
+  QKV_MASK_CAUSAL = 1,     /* query i sees key j iff j <= i + kv_len - q_len */
+  QKV_MASK_VALID_LENS = 2, /* query sees key j iff j < valid length */
+  QKV_MASK_BIAS = 4        /* bias is added to the scores; -INFINITY hides */
+};
+
+/* Runs task `task` of a call on worker `worker` (< num_workers). */
+typedef void (*qkv_task_fn)(void *arg, size_t task, size_t worker);
+/* The caller's thread pool: must run fn(arg, t, w) once for every t in
+ * [0, num_tasks), in any order, on any workers w < num_workers, and return
+ * when all have finished. Called at most once per qkv_attention_f32 call. */
+typedef void (*qkv_parallel_for_fn)(void *ctx, size_t num_tasks, qkv_task_fn fn,
+                                    void *arg);
+
+typedef struct qkv_attention_desc {
+  size_t struct_size; /* sizeof as the caller compiled it; set by _init */
+  /* q_heads % kv_heads == 0; query head h reads kv head h / (q_heads / kv_heads) */
+  int64_t batch, q_heads, kv_heads;
+  int64_t q_len, kv_len, head_dim, value_dim;
+  qkv_score score;
+  /* _init sets 1/sqrt(head_dim); 0 is allowed: uniform weights (average pooling) */
+  float scale;
+  uint32_t mask; /* QKV_MASK_* flags */
+  /* [batch], or [batch][q_len] when valid_lens_per_query != 0; each in [0, kv_len] */
+  const int32_t *valid_lens;
+  int32_t valid_lens_per_query;
+  /* added to scores: row i of [q_len][kv_len] at
+   * bias + b*bias_batch_stride + h*bias_head_stride; -INFINITY hides a key */
+  const float *bias;
+  int64_t bias_batch_stride, bias_head_stride; /* in elements; 0 broadcasts */
+  /* QKV_SCORE_ADDITIVE: W_q, W_k are [additive_hidden][head_dim], w_v is [additive_hidden] */
+  int64_t additive_hidden;
+  const float *additive_w_q, *additive_w_k, *additive_w_v;
+  qkv_parallel_for_fn parallel_for; /* NULL: run on the calling thread */
+  void *parallel_ctx;
+  size_t num_workers; /* the pool's size; worker indices passed to fn are < num_workers */
+
+  /* ---- added in 0.1 beyond the fixed contract (a shorter struct_size
+   * leaves them at their defaults) ---- */
+  /* NULL or "": the default backend (qkv_backend()). Otherwise one of the
+   * names qkv_backend_name() lists, e.g. "reference" or "highway:AVX2";
+   * a name this build or CPU cannot run gives QKV_ERR_UNSUPPORTED. */
+  const char *backend;
+} qkv_attention_desc;
+
+/* Fills every field: struct_size = sizeof(qkv_attention_desc), the sizes,
+ * score DOT, scale 1/sqrt(head_dim) (0 if head_dim <= 0), no mask, every
+ * pointer NULL, every stride and count 0. NULL desc: does nothing. */
+QKV_API void qkv_attention_desc_init(qkv_attention_desc *desc, int64_t batch,
+                                     int64_t q_heads, int64_t kv_heads,
+                                     int64_t q_len, int64_t kv_len,
+                                     int64_t head_dim, int64_t value_dim);
+
+/* Bytes of workspace qkv_attention_f32 needs for this descriptor (its shape,
+ * score, backend and num_workers; the data pointers are not read). 0 when no
+ * workspace is needed, and also when the descriptor is invalid (the call
+ * itself then reports why). */
+QKV_API size_t qkv_attention_workspace_size(const qkv_attention_desc *desc);
+
+/* Attention in f32. Layouts are dense row-major:
+ *   q   [batch][q_heads][q_len][head_dim]
+ *   k   [batch][kv_heads][kv_len][head_dim]
+ *   v   [batch][kv_heads][kv_len][value_dim]
+ *   out [batch][q_heads][q_len][value_dim]
+ *   weights (optional, NULL to skip) [batch][q_heads][q_len][kv_len]
+ *   lse     (optional, NULL to skip) [batch][q_heads][q_len]: natural log of
+ *           the sum of exp of the visible scores; -INFINITY for a row that
+ *           sees no key (its out and weights are zeros).
+ * Outputs must not overlap the inputs, each other or the workspace. The
+ * workspace needs no alignment. On any status but QKV_OK nothing is written
+ * to out, weights or lse. Accuracy: out within 5e-5 * max|v| and weights
+ * within 2e-5 of the exact result. Output is bitwise identical for every
+ * num_workers and schedule, and with parallel_for NULL. */
+QKV_API qkv_status qkv_attention_f32(const qkv_attention_desc *desc,
+                                     const float *q, const float *k,
+                                     const float *v, float *out, float *weights,
+                                     float *lse, void *workspace,
+                                     size_t workspace_size);
+
+/* ------------------------------------------------------------------------ */
+/* Backends (added in 0.1)                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Number of backends this library was built with that run on this CPU. */
+QKV_API size_t qkv_backend_count(void);
+/* Name of backend `index` (best first; index 0 is qkv_backend()), or NULL
+ * when index >= qkv_backend_count(). */
+QKV_API const char *qkv_backend_name(size_t index);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* QKV_QKV_H_ */

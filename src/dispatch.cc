@@ -1,0 +1,66 @@
+// The once-only dispatch choice: the list of engines this build has and this
+// CPU runs, best first, made on first use and never changed afterwards.
+#include <string.h>
+
+#include <atomic>
+
+#include "engine.h"
+
+namespace qkv {
+namespace {
+
+constexpr size_t kMaxEngines = 16;
+
+struct EngineList {
+  const Engine* engines[kMaxEngines];
+  size_t count;
+};
+
+EngineList MakeEngineList() {
+  EngineList list = {};
+#if QKV_HAVE_HIGHWAY
+  list.count = HighwayEngines(list.engines, kMaxEngines - 1);
+#endif
+  list.engines[list.count++] = ReferenceEngine();
+  return list;
+}
+
+// Built once by the first caller; concurrent first callers wait for it. No
+// function-local static (that would need the C++ runtime's guard functions),
+// no allocation; read-only once ready.
+EngineList g_list;
+std::atomic<int> g_state{0};  // 0: not built, 1: being built, 2: ready
+
+const EngineList& Engines() {
+  if (g_state.load(std::memory_order_acquire) != 2) {
+    int expected = 0;
+    if (g_state.compare_exchange_strong(expected, 1,
+                                        std::memory_order_acq_rel)) {
+      g_list = MakeEngineList();
+      g_state.store(2, std::memory_order_release);
+    } else {
+      while (g_state.load(std::memory_order_acquire) != 2) {
+      }
+    }
+  }
+  return g_list;
+}
+
+}  // namespace
+
+size_t EngineCount() { return Engines().count; }
+
+const Engine* EngineAt(size_t index) {
+  const EngineList& list = Engines();
+  return index < list.count ? list.engines[index] : nullptr;
+}
+
+const Engine* FindEngine(const char* name) {
+  const EngineList& list = Engines();
+  for (size_t i = 0; i < list.count; ++i) {
+    if (strcmp(list.engines[i]->name, name) == 0) return list.engines[i];
+  }
+  return nullptr;
+}
+
+}  // namespace qkv

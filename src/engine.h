@@ -1,0 +1,100 @@
+// Internal contract between the C ABI boundary (capi/) and the kernels
+// (src/<engine>/). The boundary validates and normalizes; kernels trust the
+// Problem they are given and never validate.
+#ifndef QKV_SRC_ENGINE_H_
+#define QKV_SRC_ENGINE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qkv/qkv.h"
+
+namespace qkv {
+
+// A validated attention call. Sizes are positive and every element count
+// fits in int64 and size_t; q_len and kv_len fit in int32.
+struct Problem {
+  int64_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, value_dim;
+  int64_t group;  // q_heads / kv_heads
+  qkv_score score;
+  float scale;
+  bool causal;
+  const int32_t* valid_lens;  // NULL unless QKV_MASK_VALID_LENS
+  bool valid_lens_per_query;
+  const float* bias;  // NULL unless QKV_MASK_BIAS
+  int64_t bias_batch_stride, bias_head_stride;
+  int64_t additive_hidden;
+  const float *w_q, *w_k, *w_v;
+  const float *q, *k, *v;
+  float *out, *weights, *lse;  // weights and lse may be NULL
+};
+
+// Number of leading keys query row i of batch b may see after the causal and
+// valid-length masks (both only ever hide a suffix of the keys), in
+// [0, kv_len]. Bias may hide more keys inside that prefix.
+inline int64_t VisibleKeys(const Problem& p, int64_t b, int64_t i) {
+  int64_t limit = p.kv_len;
+  if (p.causal) {
+    const int64_t c = i + p.kv_len - p.q_len + 1;
+    limit = c < limit ? c : limit;
+  }
+  if (p.valid_lens != nullptr) {
+    const int64_t vl =
+        p.valid_lens[p.valid_lens_per_query ? b * p.q_len + i : b];
+    limit = vl < limit ? vl : limit;
+  }
+  return limit < 0 ? 0 : limit;
+}
+
+// Bias row for (batch b, query head h, query i), or NULL without a bias.
+inline const float* BiasRow(const Problem& p, int64_t b, int64_t h,
+                            int64_t i) {
+  if (p.bias == nullptr) return nullptr;
+  return p.bias + b * p.bias_batch_stride + h * p.bias_head_stride +
+         i * p.kv_len;
+}
+
+// Workspace slices handed to run_task start 64-byte aligned.
+constexpr size_t kWorkspaceAlign = 64;
+
+inline size_t AlignUp(size_t n) {
+  return (n + kWorkspaceAlign - 1) & ~(kWorkspaceAlign - 1);
+}
+
+// One engine at one SIMD target. Tasks are a fixed split of the problem that
+// depends only on the Problem and the engine (never on the worker count), and
+// every output element is written by exactly one task, so results are bitwise
+// identical under any schedule.
+//
+// A call runs prepare (if any) once on the calling thread, filling the shared
+// workspace (e.g. projected keys), then every task, each with the shared
+// workspace read-only and its worker's private slice.
+struct Engine {
+  const char* name;  // "reference", "highway:AVX2", ...
+  bool (*supports)(const Problem& p);
+  size_t (*num_tasks)(const Problem& p);
+  // Bytes shared by all tasks and bytes each worker needs, both multiples of
+  // kWorkspaceAlign.
+  size_t (*shared_workspace)(const Problem& p);
+  size_t (*workspace_per_worker)(const Problem& p);
+  void (*prepare)(const Problem& p, unsigned char* shared);  // may be NULL
+  void (*run_task)(const Problem& p, size_t task, const unsigned char* shared,
+                   unsigned char* workspace);
+};
+
+// The reference engine: plain C++, every score kind, used on
+// microcontrollers and as the fallback everywhere.
+const Engine* ReferenceEngine();
+
+// Highway engines built into this library whose target this CPU supports,
+// best first. Writes up to `max` pointers and returns how many it wrote.
+size_t HighwayEngines(const Engine** out, size_t max);
+
+// Every runnable engine, best first; the list is made once.
+size_t EngineCount();
+const Engine* EngineAt(size_t index);
+const Engine* FindEngine(const char* name);  // NULL when not runnable here
+
+}  // namespace qkv
+
+#endif  // QKV_SRC_ENGINE_H_

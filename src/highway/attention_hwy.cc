@@ -1,0 +1,841 @@
+// The Highway engine: FlashAttention-style f32 attention, compiled once per
+// SIMD target by foreach_target and picked at run time.
+//
+// Layout trick: query rows live in vector lanes. A task owns a tile of
+// R = 2 * Lanes rows of one (batch, kv head): the query rows of every query
+// head that shares that kv head (GQA), so the group reads each K/V row once.
+// Q is packed transposed and pre-scaled (qt[t][r]); a score is
+// st[j][r] = sum_t qt[t][r] * k[j][t], a broadcast of k[j][t] times a vector
+// of rows, and out is accumulated transposed as ot[c][r] += p[j][r] * v[j][c].
+// K and V are read in their natural layout with no packing, every softmax
+// step (running max, rescale, exp, sum) is lane-wise with no horizontal
+// reduction, and masks are per-lane key limits. Keys are processed in blocks
+// of kBlockKeys with one online-softmax rescale per block; blocks past every
+// row's causal/valid-length limit are never computed and blocks before every
+// row's limit skip the mask.
+//
+// exp is Highway's contrib Exp (max error 1 ulp on [-FLT_MAX, 104]); its
+// argument here is always <= 0 or -inf (giving 0).
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "highway/attention_hwy.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <math.h>
+#include <string.h>
+
+#include "engine.h"
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+
+// The target's name as a string literal (this file is compiled once per
+// target, so the macro is redefined each time).
+#undef QKV_HWY_TARGET_NAME
+#if HWY_TARGET == HWY_AVX3_DL
+#define QKV_HWY_TARGET_NAME "AVX3_DL"
+#elif HWY_TARGET == HWY_AVX3
+#define QKV_HWY_TARGET_NAME "AVX3"
+#elif HWY_TARGET == HWY_AVX2
+#define QKV_HWY_TARGET_NAME "AVX2"
+#elif HWY_TARGET == HWY_SSE4
+#define QKV_HWY_TARGET_NAME "SSE4"
+#elif HWY_TARGET == HWY_SSSE3
+#define QKV_HWY_TARGET_NAME "SSSE3"
+#elif HWY_TARGET == HWY_SVE2
+#define QKV_HWY_TARGET_NAME "SVE2"
+#elif HWY_TARGET == HWY_SVE
+#define QKV_HWY_TARGET_NAME "SVE"
+#elif HWY_TARGET == HWY_NEON
+#define QKV_HWY_TARGET_NAME "NEON"
+#elif HWY_TARGET == HWY_WASM
+#define QKV_HWY_TARGET_NAME "WASM"
+#elif HWY_TARGET == HWY_EMU128
+#define QKV_HWY_TARGET_NAME "EMU128"
+#elif HWY_TARGET == HWY_SCALAR
+#define QKV_HWY_TARGET_NAME "SCALAR"
+#else
+#define QKV_HWY_TARGET_NAME "OTHER"
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace qkv {
+namespace HWY_NAMESPACE {
+namespace {
+
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+using DI = hn::RebindToSigned<DF>;
+using VF = hn::Vec<DF>;
+
+// Keys per online-softmax block: the score tile st is kBlockKeys x R floats
+// (8 KiB with R = 32), which stays in L1 next to the packed queries.
+constexpr int64_t kBlockKeys = 64;
+
+// A (batch, kv head) with at most this many query rows (GQA group x q_len)
+// takes the row path: decoding is memory-bound, and reading each K and V
+// row once, contiguously, beats filling lanes with rows that are not there.
+constexpr int64_t kRowPathMaxRows = 4;
+
+size_t Lanes() { return hn::Lanes(DF()); }
+size_t TileRows() { return 2 * Lanes(); }
+
+// Workspace of one worker, all regions 64-byte aligned.
+struct Tile {
+  float* qt;            // [head_dim][R] queries, transposed, pre-scaled
+  float* st;            // [kBlockKeys][R] scores, then probabilities
+  float* ot;            // [value_dim][R] unnormalized output, transposed
+  float* m;             // [R] final running max
+  float* inv_l;         // [R] 1 / sum
+  float* sum;           // [R] sum
+  float* tail;          // [Lanes] scratch for partial vectors
+  int32_t* limit;       // [R] visible keys per row (0 for padding lanes)
+  int64_t* row;         // [R] flat row index into out / weights / lse
+  const float** bias;   // [R] bias row or NULL
+  // Row path (few rows per kv head, e.g. decoding): keys in lanes.
+  float* q_rows;        // [kRowPathMaxRows][head_dim] pre-scaled queries
+  float* o_rows;        // [kRowPathMaxRows][value_dim] unnormalized output
+  float* s_row;         // [kBlockKeys + Lanes] scores of one row
+};
+
+// Length of the vectors a score compares: head_dim, or additive_hidden.
+int64_t ScoreDim(const Problem& p) {
+  return p.score == QKV_SCORE_ADDITIVE ? p.additive_hidden : p.head_dim;
+}
+
+size_t LayoutTile(const Problem& p, unsigned char* base, Tile* tile) {
+  const size_t r = TileRows();
+  size_t offset = 0;
+  auto take = [&](size_t bytes) {
+    unsigned char* at = base ? base + offset : nullptr;
+    offset += AlignUp(bytes);
+    return at;
+  };
+  unsigned char* qt = take(static_cast<size_t>(ScoreDim(p)) * r * 4);
+  unsigned char* st = take(static_cast<size_t>(kBlockKeys) * r * 4);
+  unsigned char* ot = take(static_cast<size_t>(p.value_dim) * r * 4);
+  unsigned char* m = take(r * 4);
+  unsigned char* inv_l = take(r * 4);
+  unsigned char* sum = take(r * 4);
+  unsigned char* tail = take(Lanes() * 4);
+  unsigned char* limit = take(r * 4);
+  unsigned char* row = take(r * 8);
+  unsigned char* bias = take(r * sizeof(const float*));
+  unsigned char* q_rows = take(kRowPathMaxRows * ScoreDim(p) * 4);
+  unsigned char* o_rows = take(kRowPathMaxRows * p.value_dim * 4);
+  unsigned char* s_row = take((kBlockKeys + Lanes()) * 4);
+  if (tile != nullptr) {
+    tile->qt = reinterpret_cast<float*>(qt);
+    tile->st = reinterpret_cast<float*>(st);
+    tile->ot = reinterpret_cast<float*>(ot);
+    tile->m = reinterpret_cast<float*>(m);
+    tile->inv_l = reinterpret_cast<float*>(inv_l);
+    tile->sum = reinterpret_cast<float*>(sum);
+    tile->tail = reinterpret_cast<float*>(tail);
+    tile->limit = reinterpret_cast<int32_t*>(limit);
+    tile->row = reinterpret_cast<int64_t*>(row);
+    tile->bias = reinterpret_cast<const float**>(bias);
+    tile->q_rows = reinterpret_cast<float*>(q_rows);
+    tile->o_rows = reinterpret_cast<float*>(o_rows);
+    tile->s_row = reinterpret_cast<float*>(s_row);
+  }
+  return offset;
+}
+
+// Register tiles: kUnroll keys (scores) or value columns (output) times RV
+// row vectors. Targets with 32 vector registers (AVX-512, NEON, SVE) keep 16
+// accumulators in flight, enough to hide FMA latency on two FMA ports; the
+// 16-register x86 targets keep 8.
+#if HWY_ARCH_ARM || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+constexpr int kUnroll = 8;
+#else
+constexpr int kUnroll = 4;
+#endif
+
+// Accumulators are named variables, not arrays: SVE vectors are sizeless and
+// cannot live in arrays. Lanes u >= U of an unroll are compiled away.
+#define QKV_UNROLL8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+
+// Score kinds. For kAdditive the "queries" and "keys" a kernel sees are the
+// projections W_q q and W_k k (dimension additive_hidden) made by Prepare.
+enum Kind { kDot, kGaussian, kAdditive };
+
+// st[j][*] for keys j < U of the block starting at k. RV row vectors
+// (R = RV * N lanes); Gaussian scores are finished by the factor -scale.
+template <int RV, int U, int kKind>
+HWY_NOINLINE void ScoreKeys(const float* HWY_RESTRICT qt, size_t R,
+                            const float* HWY_RESTRICT k, int64_t d,
+                            float finish_scale, const float* HWY_RESTRICT w_v,
+                            float* HWY_RESTRICT st) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const VF finish = hn::Set(df, finish_scale);
+  constexpr bool kGauss = kKind == kGaussian;
+  (void)w_v;
+#define QKV_DECL(u)                                   \
+  const float* HWY_RESTRICT k##u = k + (u < U ? u : 0) * d; \
+  VF a##u##0 = hn::Zero(df), a##u##1 = hn::Zero(df);
+  QKV_UNROLL8(QKV_DECL)
+#undef QKV_DECL
+  for (int64_t t = 0; t < d; ++t) {
+    const VF q0 = hn::Load(df, qt + t * R);
+    const VF q1 = RV > 1 ? hn::Load(df, qt + t * R + N) : q0;
+    const VF w = kKind == kAdditive ? hn::Set(df, w_v[t]) : q0;
+#define QKV_STEP(u)                                      \
+  if (u < U) {                                           \
+    const VF b = hn::Set(df, k##u[t]);                   \
+    if (kKind == kAdditive) {                            \
+      a##u##0 = hn::MulAdd(w, hn::Tanh(df, hn::Add(q0, b)), a##u##0); \
+      if (RV > 1) {                                      \
+        a##u##1 = hn::MulAdd(w, hn::Tanh(df, hn::Add(q1, b)), a##u##1); \
+      }                                                  \
+    } else if (kGauss) {                                 \
+      const VF e0 = hn::Sub(q0, b);                      \
+      a##u##0 = hn::MulAdd(e0, e0, a##u##0);             \
+      if (RV > 1) {                                      \
+        const VF e1 = hn::Sub(q1, b);                    \
+        a##u##1 = hn::MulAdd(e1, e1, a##u##1);           \
+      }                                                  \
+    } else {                                             \
+      a##u##0 = hn::MulAdd(q0, b, a##u##0);              \
+      if (RV > 1) a##u##1 = hn::MulAdd(q1, b, a##u##1);  \
+    }                                                    \
+  }
+    QKV_UNROLL8(QKV_STEP)
+#undef QKV_STEP
+  }
+#define QKV_STORE(u)                                                 \
+  if (u < U) {                                                       \
+    VF s0 = a##u##0, s1 = a##u##1;                                   \
+    if (kGauss) {                                                    \
+      s0 = hn::Mul(s0, finish);                                      \
+      s1 = hn::Mul(s1, finish);                                      \
+    }                                                                \
+    hn::Store(s0, df, st + u * R);                                   \
+    if (RV > 1) hn::Store(s1, df, st + u * R + N);                   \
+  }
+  QKV_UNROLL8(QKV_STORE)
+#undef QKV_STORE
+}
+
+template <int RV, int kKind>
+HWY_INLINE void Scores(const float* HWY_RESTRICT qt, size_t R,
+                       const float* HWY_RESTRICT k, int64_t d, int64_t nb,
+                       float finish_scale, const float* HWY_RESTRICT w_v,
+                       float* HWY_RESTRICT st) {
+  int64_t j = 0;
+  for (; j + kUnroll <= nb; j += kUnroll) {
+    ScoreKeys<RV, kUnroll, kKind>(qt, R, k + j * d, d, finish_scale, w_v,
+                                  st + j * R);
+  }
+  for (; j < nb; ++j) {
+    ScoreKeys<RV, 1, kKind>(qt, R, k + j * d, d, finish_scale, w_v,
+                            st + j * R);
+  }
+}
+
+// What the score kernels of one (batch, kv head) read.
+struct Operands {
+  const float* q;  // query rows (row index * dim), pre-scaling not applied
+  const float* k;  // the kv head's keys, kv_len rows of dim
+  int64_t dim;     // head_dim, or additive_hidden for kAdditive
+  float q_scale;   // applied when packing queries (DOT folds scale in here)
+  float finish;    // applied to finished scores (GAUSSIAN: -scale)
+  int kind;
+};
+
+// Additive scores read projections: [B][Hkv][Lk][hidden] keys, then
+// [B][Hq][Lq][hidden] queries, at the start of the shared workspace.
+size_t ProjectedKeysBytes(const Problem& p) {
+  return AlignUp(static_cast<size_t>(p.batch * p.kv_heads * p.kv_len *
+                                     p.additive_hidden) * sizeof(float));
+}
+
+Operands OperandsFor(const Problem& p, const unsigned char* shared, int64_t b,
+                     int64_t kvh) {
+  Operands o;
+  if (p.score == QKV_SCORE_ADDITIVE) {
+    const float* keys = reinterpret_cast<const float*>(shared);
+    o.q = reinterpret_cast<const float*>(shared + ProjectedKeysBytes(p));
+    o.k = keys + (b * p.kv_heads + kvh) * p.kv_len * p.additive_hidden;
+    o.dim = p.additive_hidden;
+    o.q_scale = 1.0f;
+    o.finish = 1.0f;
+    o.kind = kAdditive;
+  } else {
+    o.q = p.q;
+    o.k = p.k + (b * p.kv_heads + kvh) * p.kv_len * p.head_dim;
+    o.dim = p.head_dim;
+    const bool gaussian = p.score == QKV_SCORE_GAUSSIAN;
+    o.q_scale = gaussian ? 1.0f : p.scale;
+    o.finish = gaussian ? -p.scale : 1.0f;
+    o.kind = gaussian ? kGaussian : kDot;
+  }
+  return o;
+}
+
+
+// ot[c][*] = ot[c][*] * alpha + sum_{j < nb} pt[j][*] * v[j][c] for the U
+// value columns starting at c = 0 of v and ot.
+template <int RV, int U>
+HWY_NOINLINE void OutputColumns(const float* HWY_RESTRICT pt, size_t R,
+                              const float* HWY_RESTRICT v, int64_t dv,
+                              int64_t nb, VF alpha0, VF alpha1,
+                              float* HWY_RESTRICT ot) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+#define QKV_DECL(u)                                                        \
+  VF o##u##0 = hn::Zero(df), o##u##1 = hn::Zero(df);                       \
+  if (u < U) {                                                             \
+    o##u##0 = hn::Mul(hn::Load(df, ot + u * R), alpha0);                   \
+    if (RV > 1) o##u##1 = hn::Mul(hn::Load(df, ot + u * R + N), alpha1);   \
+  }
+  QKV_UNROLL8(QKV_DECL)
+#undef QKV_DECL
+  for (int64_t j = 0; j < nb; ++j) {
+    const float* HWY_RESTRICT vj = v + j * dv;
+    const VF p0 = hn::Load(df, pt + j * R);
+    const VF p1 = RV > 1 ? hn::Load(df, pt + j * R + N) : p0;
+#define QKV_STEP(u)                                     \
+  if (u < U) {                                          \
+    const VF b = hn::Set(df, vj[u]);                    \
+    o##u##0 = hn::MulAdd(p0, b, o##u##0);               \
+    if (RV > 1) o##u##1 = hn::MulAdd(p1, b, o##u##1);   \
+  }
+    QKV_UNROLL8(QKV_STEP)
+#undef QKV_STEP
+  }
+#define QKV_STORE(u)                                  \
+  if (u < U) {                                        \
+    hn::Store(o##u##0, df, ot + u * R);               \
+    if (RV > 1) hn::Store(o##u##1, df, ot + u * R + N); \
+  }
+  QKV_UNROLL8(QKV_STORE)
+#undef QKV_STORE
+}
+
+template <int RV>
+HWY_INLINE void AccumulateOutput(const float* HWY_RESTRICT pt, size_t R,
+                                 const float* HWY_RESTRICT v, int64_t dv,
+                                 int64_t nb, VF alpha0, VF alpha1,
+                                 float* HWY_RESTRICT ot) {
+  int64_t c = 0;
+  for (; c + kUnroll <= dv; c += kUnroll) {
+    OutputColumns<RV, kUnroll>(pt, R, v + c, dv, nb, alpha0, alpha1,
+                               ot + c * R);
+  }
+  for (; c < dv; ++c) {
+    OutputColumns<RV, 1>(pt, R, v + c, dv, nb, alpha0, alpha1, ot + c * R);
+  }
+}
+
+// Online softmax over one block of nb scores per lane: updates the running
+// max m and sum l, turns st into probabilities relative to the new max and
+// returns the factor exp(m_old - m_new) by which earlier sums scale.
+HWY_INLINE VF SoftmaxBlock(float* HWY_RESTRICT st, size_t R, int64_t nb,
+                           VF* m, VF* l) {
+  const DF df;
+  const VF neg_inf = hn::Set(df, -INFINITY);
+  VF block_max = neg_inf;
+  for (int64_t j = 0; j < nb; ++j) {
+    block_max = hn::Max(block_max, hn::Load(df, st + j * R));
+  }
+  const VF m_new = hn::Max(*m, block_max);
+  // A lane that has seen no visible key keeps max -inf; exponentiate its
+  // (-inf) scores against 0 so they give 0, not NaN.
+  const VF m_use = hn::IfThenZeroElse(hn::Eq(m_new, neg_inf), m_new);
+  const VF alpha = hn::Exp(df, hn::Sub(*m, m_use));
+  VF sum = hn::Mul(*l, alpha);
+  for (int64_t j = 0; j < nb; ++j) {
+    const VF p = hn::Exp(df, hn::Sub(hn::Load(df, st + j * R), m_use));
+    hn::Store(p, df, st + j * R);
+    sum = hn::Add(sum, p);
+  }
+  *m = m_new;
+  *l = sum;
+  return alpha;
+}
+
+// w[j] = exp(w[j] - m) * inv_l for j < n, in place.
+void NormalizeWeights(float* HWY_RESTRICT w, int64_t n, float m, float inv_l,
+                      float* HWY_RESTRICT tail) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const VF vm = hn::Set(df, m), vs = hn::Set(df, inv_l);
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const VF x = hn::LoadU(df, w + j);
+    hn::StoreU(hn::Mul(hn::Exp(df, hn::Sub(x, vm)), vs), df, w + j);
+  }
+  if (j < n) {  // never touch memory past the row: go through a scratch
+    const size_t rest = static_cast<size_t>(n - j);
+    for (int64_t u = 0; u < N; ++u) tail[u] = -INFINITY;
+    memcpy(tail, w + j, rest * sizeof(float));
+    const VF x = hn::Load(df, tail);
+    hn::Store(hn::Mul(hn::Exp(df, hn::Sub(x, vm)), vs), df, tail);
+    memcpy(w + j, tail, rest * sizeof(float));
+  }
+}
+
+template <int RV>
+void RunTile(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
+             int64_t r0, int64_t rows, const Tile& tile) {
+  const DF df;
+  const DI di;
+  const size_t N = hn::Lanes(df);
+  const size_t R = RV * N;
+  const int64_t d = op.dim, dv = p.value_dim, lk = p.kv_len;
+
+  // Rows of the tile: flat index r0 + r over (query head in group, query).
+  int64_t min_limit = lk, max_limit = 0;
+  for (size_t r = 0; r < R; ++r) {
+    if (static_cast<int64_t>(r) < rows) {
+      const int64_t rr = r0 + static_cast<int64_t>(r);
+      const int64_t h = kvh * p.group + rr / p.q_len;
+      const int64_t i = rr % p.q_len;
+      const int64_t limit = VisibleKeys(p, b, i);
+      tile.row[r] = (b * p.q_heads + h) * p.q_len + i;
+      tile.limit[r] = static_cast<int32_t>(limit);
+      tile.bias[r] = BiasRow(p, b, h, i);
+      min_limit = limit < min_limit ? limit : min_limit;
+      max_limit = limit > max_limit ? limit : max_limit;
+      const float* q = op.q + tile.row[r] * d;
+      for (int64_t t = 0; t < d; ++t) tile.qt[t * R + r] = q[t] * op.q_scale;
+    } else {
+      tile.limit[r] = 0;
+      tile.bias[r] = nullptr;
+      for (int64_t t = 0; t < d; ++t) tile.qt[t * R + r] = 0.0f;
+    }
+  }
+  if (rows < static_cast<int64_t>(R)) min_limit = 0;  // padding lanes see none
+  for (int64_t c = 0; c < dv; ++c) {
+    for (size_t r = 0; r < R; ++r) tile.ot[c * R + r] = 0.0f;
+  }
+
+  const float* k = op.k;
+  const float* v = p.v + (b * p.kv_heads + kvh) * lk * dv;
+  const VF neg_inf = hn::Set(df, -INFINITY);
+  VF m0 = neg_inf, m1 = neg_inf;
+  VF l0 = hn::Zero(df), l1 = hn::Zero(df);
+  const auto limit0 = hn::Load(di, tile.limit);
+  const auto limit1 = RV > 1 ? hn::Load(di, tile.limit + N) : limit0;
+
+  for (int64_t j0 = 0; j0 < max_limit; j0 += kBlockKeys) {
+    const int64_t nb = j0 + kBlockKeys < max_limit ? kBlockKeys : max_limit - j0;
+    float* st = tile.st;
+    if (op.kind == kAdditive) {
+      Scores<RV, kAdditive>(tile.qt, R, k + j0 * d, d, nb, 1.0f, p.w_v, st);
+    } else if (op.kind == kGaussian) {
+      Scores<RV, kGaussian>(tile.qt, R, k + j0 * d, d, nb, op.finish, p.w_v,
+                            st);
+    } else {
+      Scores<RV, kDot>(tile.qt, R, k + j0 * d, d, nb, 1.0f, p.w_v, st);
+    }
+    if (p.bias != nullptr) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* bias = tile.bias[r] + j0;
+        for (int64_t j = 0; j < nb; ++j) st[j * R + r] += bias[j];
+      }
+    }
+    if (j0 + nb > min_limit) {  // some row's limit falls inside this block
+      for (int64_t j = 0; j < nb; ++j) {
+        const auto key = hn::Set(di, static_cast<int32_t>(j0 + j));
+        float* s = st + j * R;
+        hn::Store(hn::IfThenElse(hn::RebindMask(df, hn::Lt(key, limit0)),
+                                 hn::Load(df, s), neg_inf),
+                  df, s);
+        if (RV > 1) {
+          hn::Store(hn::IfThenElse(hn::RebindMask(df, hn::Lt(key, limit1)),
+                                   hn::Load(df, s + N), neg_inf),
+                    df, s + N);
+        }
+      }
+    }
+    if (p.weights != nullptr) {  // raw masked scores; normalized at the end
+      for (int64_t r = 0; r < rows; ++r) {
+        float* w = p.weights + tile.row[r] * lk + j0;
+        for (int64_t j = 0; j < nb; ++j) w[j] = st[j * R + r];
+      }
+    }
+    VF alpha0 = SoftmaxBlock(st, R, nb, &m0, &l0);
+    VF alpha1 = alpha0;
+    if (RV > 1) alpha1 = SoftmaxBlock(st + N, R, nb, &m1, &l1);
+    AccumulateOutput<RV>(st, R, v + j0 * dv, dv, nb, alpha0, alpha1, tile.ot);
+  }
+
+  // Finish: out = ot / l, lse = m + log(l); rows that saw no key get zeros.
+  hn::Store(m0, df, tile.m);
+  hn::Store(l0, df, tile.sum);
+  if (RV > 1) {
+    hn::Store(m1, df, tile.m + N);
+    hn::Store(l1, df, tile.sum + N);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float l = tile.sum[r];
+    const bool seen = l > 0.0f;
+    const float inv_l = seen ? 1.0f / l : 0.0f;
+    float* out = p.out + tile.row[r] * dv;
+    for (int64_t c = 0; c < dv; ++c) {
+      out[c] = seen ? tile.ot[c * R + r] * inv_l : 0.0f;
+    }
+    if (p.lse != nullptr) {
+      p.lse[tile.row[r]] = seen ? tile.m[r] + logf(l) : -INFINITY;
+    }
+    if (p.weights != nullptr) {
+      float* w = p.weights + tile.row[r] * lk;
+      if (seen) {
+        NormalizeWeights(w, max_limit, tile.m[r], inv_l, tile.tail);
+      } else {
+        for (int64_t j = 0; j < max_limit; ++j) w[j] = 0.0f;
+      }
+      for (int64_t j = max_limit; j < lk; ++j) w[j] = 0.0f;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- row path
+// One query row against nb keys: st[j] = finish * sum_t f(q[t], k_j[t]),
+// keys processed four at a time for independent FMA chains, d in lanes.
+// Also projects for kAdditive (q a key or query, k the rows of W).
+template <int kKind>
+HWY_NOINLINE void RowScores(const float* HWY_RESTRICT q,
+                            const float* HWY_RESTRICT k, int64_t d,
+                            int64_t nb, float finish,
+                            const float* HWY_RESTRICT w_v,
+                            float* HWY_RESTRICT st) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t d_full = d - d % N;
+  auto step = [](VF qv, VF kv, VF wv, VF acc) HWY_ATTR {
+    if (kKind == kAdditive) {
+      return hn::MulAdd(wv, hn::Tanh(DF(), hn::Add(qv, kv)), acc);
+    }
+    if (kKind == kGaussian) {
+      const VF e = hn::Sub(qv, kv);
+      return hn::MulAdd(e, e, acc);
+    }
+    return hn::MulAdd(qv, kv, acc);
+  };
+  auto tail = [&](const float* kr) {
+    float s = 0.0f;
+    for (int64_t t = d_full; t < d; ++t) {
+      if (kKind == kAdditive) {
+        s += w_v[t] * tanhf(q[t] + kr[t]);
+      } else if (kKind == kGaussian) {
+        const float e = q[t] - kr[t];
+        s += e * e;
+      } else {
+        s += q[t] * kr[t];
+      }
+    }
+    return s;
+  };
+  auto weight = [&](int64_t t) HWY_ATTR {
+    return kKind == kAdditive ? hn::LoadU(df, w_v + t) : hn::Zero(df);
+  };
+  int64_t j = 0;
+  for (; j + 4 <= nb; j += 4) {
+    const float* k0 = k + j * d;
+    const float* k1 = k0 + d;
+    const float* k2 = k1 + d;
+    const float* k3 = k2 + d;
+    VF a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df),
+       a3 = hn::Zero(df);
+    for (int64_t t = 0; t < d_full; t += N) {
+      const VF qv = hn::LoadU(df, q + t);
+      const VF wv = weight(t);
+      a0 = step(qv, hn::LoadU(df, k0 + t), wv, a0);
+      a1 = step(qv, hn::LoadU(df, k1 + t), wv, a1);
+      a2 = step(qv, hn::LoadU(df, k2 + t), wv, a2);
+      a3 = step(qv, hn::LoadU(df, k3 + t), wv, a3);
+    }
+    st[j + 0] = (hn::GetLane(hn::SumOfLanes(df, a0)) + tail(k0)) * finish;
+    st[j + 1] = (hn::GetLane(hn::SumOfLanes(df, a1)) + tail(k1)) * finish;
+    st[j + 2] = (hn::GetLane(hn::SumOfLanes(df, a2)) + tail(k2)) * finish;
+    st[j + 3] = (hn::GetLane(hn::SumOfLanes(df, a3)) + tail(k3)) * finish;
+  }
+  for (; j < nb; ++j) {
+    const float* k0 = k + j * d;
+    VF a0 = hn::Zero(df);
+    for (int64_t t = 0; t < d_full; t += N) {
+      a0 = step(hn::LoadU(df, q + t), hn::LoadU(df, k0 + t), weight(t), a0);
+    }
+    st[j] = (hn::GetLane(hn::SumOfLanes(df, a0)) + tail(k0)) * finish;
+  }
+}
+
+// Online softmax of one row's block: st[0, nb) becomes probabilities
+// relative to the new running max; returns the rescale factor of the old
+// sum and output. st has room for nb rounded up to whole vectors.
+float RowSoftmaxBlock(float* HWY_RESTRICT st, int64_t nb, float* m,
+                      float* l) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t padded = (nb + N - 1) / N * N;
+  for (int64_t j = nb; j < padded; ++j) st[j] = -INFINITY;
+  VF vmax = hn::Set(df, -INFINITY);
+  for (int64_t j = 0; j < padded; j += N) {
+    vmax = hn::Max(vmax, hn::Load(df, st + j));
+  }
+  const float block_max = hn::GetLane(hn::MaxOfLanes(df, vmax));
+  const float m_new = *m > block_max ? *m : block_max;
+  const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+  const VF vm = hn::Set(df, m_use);
+  const float alpha = hn::GetLane(hn::Exp(df, hn::Set(df, *m - m_use)));
+  VF vsum = hn::Zero(df);
+  for (int64_t j = 0; j < padded; j += N) {
+    const VF e = hn::Exp(df, hn::Sub(hn::Load(df, st + j), vm));
+    hn::Store(e, df, st + j);
+    vsum = hn::Add(vsum, e);
+  }
+  *m = m_new;
+  *l = *l * alpha + hn::GetLane(hn::SumOfLanes(df, vsum));
+  return alpha;
+}
+
+// o[c] = o[c] * alpha + sum_{j < nb} p[j] v_j[c] for U vectors of columns.
+template <int U>
+HWY_NOINLINE void RowOutputColumns(const float* HWY_RESTRICT pr,
+                                   const float* HWY_RESTRICT v, int64_t dv,
+                                   int64_t nb, float alpha,
+                                   float* HWY_RESTRICT o) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const VF va = hn::Set(df, alpha);
+#define QKV_DECL(u)                        \
+  VF o##u = hn::Zero(df);                  \
+  if (u < U) o##u = hn::Mul(hn::LoadU(df, o + u * N), va);
+  QKV_UNROLL8(QKV_DECL)
+#undef QKV_DECL
+  for (int64_t j = 0; j < nb; ++j) {
+    const VF b = hn::Set(df, pr[j]);
+    const float* HWY_RESTRICT vj = v + j * dv;
+#define QKV_STEP(u) \
+  if (u < U) o##u = hn::MulAdd(b, hn::LoadU(df, vj + u * N), o##u);
+    QKV_UNROLL8(QKV_STEP)
+#undef QKV_STEP
+  }
+#define QKV_STORE(u) \
+  if (u < U) hn::StoreU(o##u, df, o + u * N);
+  QKV_UNROLL8(QKV_STORE)
+#undef QKV_STORE
+}
+
+void RowOutput(const float* HWY_RESTRICT pr, const float* HWY_RESTRICT v,
+               int64_t dv, int64_t nb, float alpha, float* HWY_RESTRICT o) {
+  const int64_t N = static_cast<int64_t>(Lanes());
+  int64_t c = 0;
+  for (; c + 8 * N <= dv; c += 8 * N) {
+    RowOutputColumns<8>(pr, v + c, dv, nb, alpha, o + c);
+  }
+  for (; c + N <= dv; c += N) {
+    RowOutputColumns<1>(pr, v + c, dv, nb, alpha, o + c);
+  }
+  for (; c < dv; ++c) {
+    float acc = o[c] * alpha;
+    for (int64_t j = 0; j < nb; ++j) acc += pr[j] * v[j * dv + c];
+    o[c] = acc;
+  }
+}
+
+// All rows (at most kRowPathMaxRows) of one (batch, kv head). Keys are
+// walked in blocks; each block of K and V is read from memory once and
+// reused from L1 by the group's other rows.
+void RunRows(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
+             int64_t rows, const Tile& tile) {
+  const int64_t d = op.dim, dv = p.value_dim, lk = p.kv_len;
+  int64_t max_limit = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t h = kvh * p.group + r / p.q_len;
+    const int64_t i = r % p.q_len;
+    tile.row[r] = (b * p.q_heads + h) * p.q_len + i;
+    const int64_t limit = VisibleKeys(p, b, i);
+    tile.limit[r] = static_cast<int32_t>(limit);
+    tile.bias[r] = BiasRow(p, b, h, i);
+    tile.m[r] = -INFINITY;
+    tile.sum[r] = 0.0f;
+    max_limit = limit > max_limit ? limit : max_limit;
+    const float* q = op.q + tile.row[r] * d;
+    for (int64_t t = 0; t < d; ++t) tile.q_rows[r * d + t] = q[t] * op.q_scale;
+    for (int64_t c = 0; c < dv; ++c) tile.o_rows[r * dv + c] = 0.0f;
+  }
+  const float* k = op.k;
+  const float* v = p.v + (b * p.kv_heads + kvh) * lk * dv;
+  float* st = tile.s_row;
+  for (int64_t j0 = 0; j0 < max_limit; j0 += kBlockKeys) {
+    for (int64_t r = 0; r < rows; ++r) {
+      // Masks hide a suffix: the row simply stops at its limit.
+      const int64_t end = j0 + kBlockKeys < tile.limit[r] ? j0 + kBlockKeys
+                                                          : tile.limit[r];
+      const int64_t nb = end - j0;
+      if (nb <= 0) continue;
+      const float* qr = tile.q_rows + r * d;
+      if (op.kind == kAdditive) {
+        RowScores<kAdditive>(qr, k + j0 * d, d, nb, 1.0f, p.w_v, st);
+      } else if (op.kind == kGaussian) {
+        RowScores<kGaussian>(qr, k + j0 * d, d, nb, op.finish, p.w_v, st);
+      } else {
+        RowScores<kDot>(qr, k + j0 * d, d, nb, 1.0f, p.w_v, st);
+      }
+      if (tile.bias[r] != nullptr) {
+        for (int64_t j = 0; j < nb; ++j) st[j] += tile.bias[r][j0 + j];
+      }
+      if (p.weights != nullptr) {
+        memcpy(p.weights + tile.row[r] * lk + j0, st, nb * sizeof(float));
+      }
+      const float alpha = RowSoftmaxBlock(st, nb, &tile.m[r], &tile.sum[r]);
+      RowOutput(st, v + j0 * dv, dv, nb, alpha, tile.o_rows + r * dv);
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float l = tile.sum[r];
+    const bool seen = l > 0.0f;
+    const float inv_l = seen ? 1.0f / l : 0.0f;
+    float* out = p.out + tile.row[r] * dv;
+    for (int64_t c = 0; c < dv; ++c) {
+      out[c] = seen ? tile.o_rows[r * dv + c] * inv_l : 0.0f;
+    }
+    if (p.lse != nullptr) {
+      p.lse[tile.row[r]] = seen ? tile.m[r] + logf(l) : -INFINITY;
+    }
+    if (p.weights != nullptr) {
+      float* w = p.weights + tile.row[r] * lk;
+      const int64_t limit = tile.limit[r];
+      if (seen) {
+        NormalizeWeights(w, limit, tile.m[r], inv_l, tile.tail);
+      } else {
+        for (int64_t j = 0; j < limit; ++j) w[j] = 0.0f;
+      }
+      for (int64_t j = limit; j < lk; ++j) w[j] = 0.0f;
+    }
+  }
+}
+
+bool UsesRowPath(const Problem& p) {
+  return p.group * p.q_len <= kRowPathMaxRows;
+}
+
+int64_t TilesPerHead(const Problem& p) {
+  if (UsesRowPath(p)) return 1;
+  const int64_t r = static_cast<int64_t>(TileRows());
+  return (p.group * p.q_len + r - 1) / r;
+}
+
+bool Supports(const Problem&) { return true; }
+
+size_t SharedWorkspace(const Problem& p) {
+  if (p.score != QKV_SCORE_ADDITIVE) return 0;
+  return ProjectedKeysBytes(p) +
+         AlignUp(static_cast<size_t>(p.batch * p.q_heads * p.q_len *
+                                     p.additive_hidden) * sizeof(float));
+}
+
+// Additive scores: project every key (W_k k) and query (W_q q) once per call.
+void Prepare(const Problem& p, unsigned char* shared) {
+  if (p.score != QKV_SCORE_ADDITIVE) return;
+  const int64_t d = p.head_dim, hidden = p.additive_hidden;
+  float* keys = reinterpret_cast<float*>(shared);
+  float* queries = reinterpret_cast<float*>(shared + ProjectedKeysBytes(p));
+  const int64_t key_rows = p.batch * p.kv_heads * p.kv_len;
+  for (int64_t j = 0; j < key_rows; ++j) {
+    RowScores<kDot>(p.k + j * d, p.w_k, d, hidden, 1.0f, nullptr,
+                    keys + j * hidden);
+  }
+  const int64_t query_rows = p.batch * p.q_heads * p.q_len;
+  for (int64_t i = 0; i < query_rows; ++i) {
+    RowScores<kDot>(p.q + i * d, p.w_q, d, hidden, 1.0f, nullptr,
+                    queries + i * hidden);
+  }
+}
+
+size_t NumTasks(const Problem& p) {
+  return static_cast<size_t>(p.batch * p.kv_heads * TilesPerHead(p));
+}
+
+size_t WorkspacePerWorker(const Problem& p) {
+  return LayoutTile(p, nullptr, nullptr);
+}
+
+void RunTask(const Problem& p, size_t task, const unsigned char* shared,
+             unsigned char* workspace) {
+  Tile tile;
+  LayoutTile(p, workspace, &tile);
+  const int64_t tiles = TilesPerHead(p);
+  const int64_t t = static_cast<int64_t>(task);
+  const int64_t bkv = t / tiles;
+  const int64_t b = bkv / p.kv_heads, kvh = bkv % p.kv_heads;
+  const Operands op = OperandsFor(p, shared, b, kvh);
+  if (UsesRowPath(p)) {
+    RunRows(p, op, b, kvh, p.group * p.q_len, tile);
+    return;
+  }
+  const int64_t r_tile = static_cast<int64_t>(TileRows());
+  const int64_t r0 = (t % tiles) * r_tile;
+  const int64_t remaining = p.group * p.q_len - r0;
+  const int64_t rows = remaining < r_tile ? remaining : r_tile;
+  if (rows <= static_cast<int64_t>(Lanes())) {
+    RunTile<1>(p, op, b, kvh, r0, rows, tile);
+  } else {
+    RunTile<2>(p, op, b, kvh, r0, rows, tile);
+  }
+}
+
+}  // namespace
+
+// The engine of this target; "highway:<TARGET>".
+const Engine* GetEngine() {
+  static constexpr Engine kEngine = {
+      "highway:" QKV_HWY_TARGET_NAME,
+      &Supports,
+      &NumTasks,
+      &SharedWorkspace,
+      &WorkspacePerWorker,
+      &Prepare,
+      &RunTask};
+  return &kEngine;
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace qkv
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qkv {
+
+size_t HighwayEngines(const Engine** out, size_t max) {
+  using GetFn = const Engine* (*)();
+  struct Candidate {
+    int64_t target;
+    GetFn get;
+  };
+  // Best first. HWY_CHOOSE_* is nullptr for targets this build did not
+  // compile.
+  static const Candidate kCandidates[] = {
+      {HWY_AVX3_DL, HWY_CHOOSE_AVX3_DL(GetEngine)},
+      {HWY_AVX3, HWY_CHOOSE_AVX3(GetEngine)},
+      {HWY_AVX2, HWY_CHOOSE_AVX2(GetEngine)},
+      {HWY_SSE4, HWY_CHOOSE_SSE4(GetEngine)},
+      {HWY_SSSE3, HWY_CHOOSE_SSSE3(GetEngine)},
+      {HWY_SVE2, HWY_CHOOSE_SVE2(GetEngine)},
+      {HWY_SVE, HWY_CHOOSE_SVE(GetEngine)},
+      {HWY_NEON, HWY_CHOOSE_NEON(GetEngine)},
+      {HWY_WASM, HWY_CHOOSE_WASM(GetEngine)},
+#if HWY_TARGETS & HWY_EMU128
+      {HWY_EMU128, &N_EMU128::GetEngine},
+#endif
+#if HWY_TARGETS & HWY_SCALAR
+      {HWY_SCALAR, &N_SCALAR::GetEngine},
+#endif
+  };
+  const int64_t supported = hwy::SupportedTargets();
+  size_t n = 0;
+  for (const Candidate& c : kCandidates) {
+    if (c.get != nullptr && (supported & c.target) != 0 && n < max) {
+      out[n++] = c.get();
+    }
+  }
+  return n;
+}
+
+}  // namespace qkv
+#endif  // HWY_ONCE

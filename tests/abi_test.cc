@@ -1,0 +1,173 @@
+// The fixed parts of the C ABI: version, backend list, descriptor defaults,
+// pinned enum values and the descriptor layout.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <set>
+#include <string>
+#include <type_traits>
+
+#include "qkv/qkv.h"
+
+namespace qkv_test {
+namespace {
+
+// Pinned values.
+static_assert(QKV_VERSION_MAJOR == 0 && QKV_VERSION_MINOR == 1 &&
+                  QKV_VERSION_PATCH == 0,
+              "version macros");
+static_assert(QKV_OK == 0 && QKV_ERR_INVALID_ARGUMENT == 1 &&
+                  QKV_ERR_WORKSPACE_TOO_SMALL == 2 && QKV_ERR_UNSUPPORTED == 3,
+              "status values are pinned forever");
+static_assert(QKV_SCORE_DOT == 0 && QKV_SCORE_GAUSSIAN == 1 &&
+                  QKV_SCORE_ADDITIVE == 2,
+              "score values are pinned");
+static_assert(QKV_MASK_NONE == 0 && QKV_MASK_CAUSAL == 1 &&
+                  QKV_MASK_VALID_LENS == 2 && QKV_MASK_BIAS == 4,
+              "mask flags are pinned");
+static_assert(std::is_standard_layout<qkv_attention_desc>::value &&
+                  std::is_trivially_copyable<qkv_attention_desc>::value,
+              "the descriptor is a plain C struct");
+static_assert(offsetof(qkv_attention_desc, struct_size) == 0,
+              "struct_size comes first");
+
+// The descriptor only grows at its end: on LP64 the contract fields sit at
+// these offsets for good, and `backend` (added in 0.1) comes after them.
+#if defined(__LP64__) || defined(_WIN64)
+static_assert(offsetof(qkv_attention_desc, batch) == 8, "layout");
+static_assert(offsetof(qkv_attention_desc, value_dim) == 56, "layout");
+static_assert(offsetof(qkv_attention_desc, score) == 64, "layout");
+static_assert(offsetof(qkv_attention_desc, scale) == 68, "layout");
+static_assert(offsetof(qkv_attention_desc, mask) == 72, "layout");
+static_assert(offsetof(qkv_attention_desc, valid_lens) == 80, "layout");
+static_assert(offsetof(qkv_attention_desc, bias) == 96, "layout");
+static_assert(offsetof(qkv_attention_desc, additive_hidden) == 120, "layout");
+static_assert(offsetof(qkv_attention_desc, parallel_for) == 152, "layout");
+static_assert(offsetof(qkv_attention_desc, num_workers) == 168, "layout");
+static_assert(offsetof(qkv_attention_desc, backend) == 176, "layout");
+static_assert(sizeof(qkv_attention_desc) == 184, "layout");
+#endif
+static_assert(offsetof(qkv_attention_desc, backend) >
+                  offsetof(qkv_attention_desc, num_workers),
+              "backend was appended after the fixed contract");
+
+TEST(AbiTest, VersionMatchesMacros) {
+  EXPECT_EQ(qkv_version(), (0u << 16) | (1u << 8) | 0u);
+  EXPECT_EQ(qkv_version(),
+            (uint32_t{QKV_VERSION_MAJOR} << 16) |
+                (uint32_t{QKV_VERSION_MINOR} << 8) |
+                uint32_t{QKV_VERSION_PATCH});
+}
+
+TEST(AbiTest, BackendIsFirstOfTheList) {
+  const char* chosen = qkv_backend();
+  ASSERT_NE(chosen, nullptr);
+  EXPECT_GT(std::strlen(chosen), 0u);
+  ASSERT_GE(qkv_backend_count(), 1u);
+  ASSERT_NE(qkv_backend_name(0), nullptr);
+  EXPECT_STREQ(chosen, qkv_backend_name(0));
+  // Chosen once: stable across calls.
+  EXPECT_STREQ(qkv_backend(), chosen);
+}
+
+TEST(AbiTest, BackendListIsWellFormed) {
+  const size_t n = qkv_backend_count();
+  std::set<std::string> names;
+  bool has_reference = false;
+  for (size_t i = 0; i < n; ++i) {
+    const char* name = qkv_backend_name(i);
+    ASSERT_NE(name, nullptr) << "index " << i;
+    EXPECT_GT(std::strlen(name), 0u);
+    EXPECT_TRUE(names.insert(name).second) << "duplicate backend " << name;
+    if (std::string(name) == "reference") has_reference = true;
+    std::printf("backend %zu: %s\n", i, name);
+  }
+  EXPECT_TRUE(has_reference) << "the portable reference backend is listed";
+  EXPECT_EQ(qkv_backend_name(n), nullptr);
+  EXPECT_EQ(qkv_backend_name(n + 1), nullptr);
+  EXPECT_EQ(qkv_backend_name(static_cast<size_t>(-1)), nullptr);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// Every Highway target this CPU runs is listed, not only the best one.
+TEST(AbiTest, HighwayTargetsOfThisCpuAreListed) {
+  std::set<std::string> names;
+  for (size_t i = 0; i < qkv_backend_count(); ++i) {
+    names.insert(qkv_backend_name(i));
+  }
+  bool any_highway = false;
+  for (const std::string& n : names) {
+    any_highway = any_highway || n.rfind("highway:", 0) == 0;
+  }
+  if (!any_highway) GTEST_SKIP() << "this build has no Highway backend";
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("sse4.2")) {
+    EXPECT_TRUE(names.count("highway:SSE4")) << "highway:SSE4 missing";
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    EXPECT_TRUE(names.count("highway:AVX2")) << "highway:AVX2 missing";
+  }
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
+    EXPECT_TRUE(names.count("highway:AVX3")) << "highway:AVX3 missing";
+  }
+}
+#endif
+
+TEST(AbiTest, DescInitDefaults) {
+  qkv_attention_desc d;
+  std::memset(&d, 0xAB, sizeof d);
+  qkv_attention_desc_init(&d, 2, 8, 4, 5, 7, 64, 32);
+  EXPECT_EQ(d.struct_size, sizeof(qkv_attention_desc));
+  EXPECT_EQ(d.batch, 2);
+  EXPECT_EQ(d.q_heads, 8);
+  EXPECT_EQ(d.kv_heads, 4);
+  EXPECT_EQ(d.q_len, 5);
+  EXPECT_EQ(d.kv_len, 7);
+  EXPECT_EQ(d.head_dim, 64);
+  EXPECT_EQ(d.value_dim, 32);
+  EXPECT_EQ(d.score, QKV_SCORE_DOT);
+  EXPECT_FLOAT_EQ(d.scale, 0.125f);
+  EXPECT_EQ(d.mask, 0u);
+  EXPECT_EQ(d.valid_lens, nullptr);
+  EXPECT_EQ(d.valid_lens_per_query, 0);
+  EXPECT_EQ(d.bias, nullptr);
+  EXPECT_EQ(d.bias_batch_stride, 0);
+  EXPECT_EQ(d.bias_head_stride, 0);
+  EXPECT_EQ(d.additive_hidden, 0);
+  EXPECT_EQ(d.additive_w_q, nullptr);
+  EXPECT_EQ(d.additive_w_k, nullptr);
+  EXPECT_EQ(d.additive_w_v, nullptr);
+  EXPECT_EQ(d.parallel_for, nullptr);
+  EXPECT_EQ(d.parallel_ctx, nullptr);
+  EXPECT_EQ(d.num_workers, 0u);
+  EXPECT_EQ(d.backend, nullptr);
+}
+
+TEST(AbiTest, DescInitScaleIsInverseSqrtHeadDim) {
+  for (int64_t head_dim : {1, 2, 3, 7, 16, 80, 128, 255}) {
+    qkv_attention_desc d;
+    qkv_attention_desc_init(&d, 1, 1, 1, 1, 1, head_dim, 1);
+    EXPECT_NEAR(d.scale, 1.0 / std::sqrt(static_cast<double>(head_dim)),
+                1e-7)
+        << head_dim;
+  }
+  qkv_attention_desc d;
+  qkv_attention_desc_init(&d, 1, 1, 1, 1, 1, 0, 1);
+  EXPECT_EQ(d.scale, 0.0f);
+  qkv_attention_desc_init(&d, 1, 1, 1, 1, 1, -4, 1);
+  EXPECT_EQ(d.scale, 0.0f);
+}
+
+TEST(AbiTest, WorkspaceSizeOfTheDefaultDescriptorIsSane) {
+  qkv_attention_desc d;
+  qkv_attention_desc_init(&d, 1, 1, 1, 16, 16, 16, 16);
+  // Bounded: a 16x16 problem does not need megabytes.
+  EXPECT_LT(qkv_attention_workspace_size(&d), size_t{1} << 24);
+}
+
+}  // namespace
+}  // namespace qkv_test
