@@ -73,9 +73,13 @@ qkv_status ReadDesc(const qkv_attention_desc* in, qkv_attention_desc* d,
 
 // a * b into *out; false when it overflows int64 (both are >= 0).
 bool Mul(int64_t a, int64_t b, int64_t* out) {
+#if defined(__GNUC__) || defined(__clang__)
+  return !__builtin_mul_overflow(a, b, out);  // no division on the hot path
+#else
   if (a != 0 && b > INT64_MAX / a) return false;
   *out = a * b;
   return true;
+#endif
 }
 
 bool Mul4(int64_t a, int64_t b, int64_t c, int64_t e, int64_t* out) {
@@ -131,7 +135,11 @@ qkv_status MakePlan(const qkv_attention_desc* in, Plan* plan) {
     if (s <= 0) return QKV_ERR_INVALID_ARGUMENT;
   }
   if (d.q_heads % d.kv_heads != 0) return QKV_ERR_INVALID_ARGUMENT;
-  const int score = static_cast<int>(d.score);
+  // An out-of-range enum value is undefined behaviour to read as the enum in
+  // C++, and that is exactly what a C caller may pass: read its bytes.
+  int32_t score;
+  static_assert(sizeof(score) == sizeof(d.score), "qkv_score is 32 bits");
+  memcpy(&score, &d.score, sizeof(score));
   if (score != QKV_SCORE_DOT && score != QKV_SCORE_GAUSSIAN &&
       score != QKV_SCORE_ADDITIVE) {
     return QKV_ERR_INVALID_ARGUMENT;
@@ -289,7 +297,10 @@ QKV_API const char* qkv_backend_name(size_t index) {
 }
 
 QKV_API const char* qkv_status_string(qkv_status status) {
-  switch (status) {
+  int32_t value;  // read as an integer: C callers may pass any value
+  static_assert(sizeof(value) == sizeof(status), "qkv_status is 32 bits");
+  memcpy(&value, &status, sizeof(value));
+  switch (value) {
     case QKV_OK:
       return "ok";
     case QKV_ERR_INVALID_ARGUMENT:

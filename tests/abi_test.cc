@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <set>
 #include <string>
@@ -56,10 +57,9 @@ static_assert(offsetof(qkv_attention_desc, backend) >
 
 TEST(AbiTest, VersionMatchesMacros) {
   EXPECT_EQ(qkv_version(), (0u << 16) | (1u << 8) | 0u);
-  EXPECT_EQ(qkv_version(),
-            (uint32_t{QKV_VERSION_MAJOR} << 16) |
-                (uint32_t{QKV_VERSION_MINOR} << 8) |
-                uint32_t{QKV_VERSION_PATCH});
+  EXPECT_EQ(qkv_version(), (uint32_t{QKV_VERSION_MAJOR} << 16) |
+                               (uint32_t{QKV_VERSION_MINOR} << 8) |
+                               uint32_t{QKV_VERSION_PATCH});
 }
 
 TEST(AbiTest, BackendIsFirstOfTheList) {
@@ -111,7 +111,8 @@ TEST(AbiTest, HighwayTargetsOfThisCpuAreListed) {
     EXPECT_TRUE(names.count("highway:AVX2")) << "highway:AVX2 missing";
   }
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
+      __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl")) {
     EXPECT_TRUE(names.count("highway:AVX3")) << "highway:AVX3 missing";
   }
 }
@@ -151,8 +152,7 @@ TEST(AbiTest, DescInitScaleIsInverseSqrtHeadDim) {
   for (int64_t head_dim : {1, 2, 3, 7, 16, 80, 128, 255}) {
     qkv_attention_desc d;
     qkv_attention_desc_init(&d, 1, 1, 1, 1, 1, head_dim, 1);
-    EXPECT_NEAR(d.scale, 1.0 / std::sqrt(static_cast<double>(head_dim)),
-                1e-7)
+    EXPECT_NEAR(d.scale, 1.0 / std::sqrt(static_cast<double>(head_dim)), 1e-7)
         << head_dim;
   }
   qkv_attention_desc d;

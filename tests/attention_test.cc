@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <ostream>
 #include <random>
@@ -53,10 +53,10 @@ void ExpectMatchesOracle(const qkv_attention_desc& d, const OracleOutput& e,
     const bool masked_row = std::isinf(exact_lse);
     if (!got.lse.empty()) {
       const float g = got.lse[static_cast<size_t>(row)];
-      const bool ok =
-          masked_row ? (std::isinf(g) && g < 0)
-                     : std::fabs(g - exact_lse) <=
-                           kLseTol * std::max(1.0, std::fabs(exact_lse));
+      const bool ok = masked_row
+                          ? (std::isinf(g) && g < 0)
+                          : std::fabs(g - exact_lse) <=
+                                kLseTol * std::max(1.0, std::fabs(exact_lse));
       if (!ok) {
         report("lse at " + where(row) + ": got " + std::to_string(g) +
                ", exact " + std::to_string(exact_lse));
@@ -68,8 +68,8 @@ void ExpectMatchesOracle(const qkv_attention_desc& d, const OracleOutput& e,
       const double x = e.out[idx];
       const bool ok = masked_row ? g == 0.0f : std::fabs(g - x) <= out_tol;
       if (!ok) {
-        report("out at " + where(row) + " c=" + std::to_string(c) +
-               ": got " + std::to_string(g) + ", exact " + std::to_string(x) +
+        report("out at " + where(row) + " c=" + std::to_string(c) + ": got " +
+               std::to_string(g) + ", exact " + std::to_string(x) +
                (masked_row ? " (row sees no key)" : "") + ", tolerance " +
                std::to_string(out_tol));
       }
@@ -79,8 +79,8 @@ void ExpectMatchesOracle(const qkv_attention_desc& d, const OracleOutput& e,
         const size_t idx = static_cast<size_t>(row * d.kv_len + j);
         const float g = got.weights[idx];
         const bool visible = e.visible[idx] != 0;
-        const bool ok = visible ? std::fabs(g - e.weights[idx]) <= kWeightsTol
-                                : g == 0.0f;
+        const bool ok =
+            visible ? std::fabs(g - e.weights[idx]) <= kWeightsTol : g == 0.0f;
         if (!ok) {
           report("weights at " + where(row) + " j=" + std::to_string(j) +
                  ": got " + std::to_string(g) + ", exact " +
@@ -188,10 +188,10 @@ Case Shape(const std::string& prefix, int64_t batch, int64_t q_heads,
 // Random shapes and masks from a fixed seed, at most ~8M multiply-adds each
 // so the scalar reference and the oracle stay quick.
 void AddRandomCases(std::vector<Case>* cs) {
-  static const int64_t kLens[] = {1,  2,  3,  4,  5,  7,   8,   9,   15,  16,
-                                  17, 31, 32, 33, 63, 64,  65,  127, 128, 129,
-                                  191, 192, 193, 300};
-  static const int64_t kDims[] = {1,  2,  3,  4,  5,  7,  8,   9,   15,  16,
+  static const int64_t kLens[] = {1,  2,   3,   4,   5,   7,   8,   9,
+                                  15, 16,  17,  31,  32,  33,  63,  64,
+                                  65, 127, 128, 129, 191, 192, 193, 300};
+  static const int64_t kDims[] = {1,  2,  3,  4,  5,  7,  8,  9,  15,  16,
                                   17, 31, 32, 33, 63, 64, 65, 80, 128, 256};
   static const int64_t kGroups[] = {1, 1, 2, 3, 4, 8};
   std::mt19937 rng(20240601u);
@@ -225,9 +225,13 @@ void AddRandomCases(std::vector<Case>* cs) {
     c.bias_neg_inf = rng() % 2 == 0;
     c.bias_neg_inf_rows = rng() % 4 == 0;
     if (rng() % 4 == 0) c.Magnitudes(2, 2, 30);
-    const int64_t work = c.batch * c.q_heads * c.q_len * c.kv_len *
-                         (c.head_dim + c.value_dim +
-                          (c.score == QKV_SCORE_ADDITIVE ? c.hidden : 0));
+    int64_t work =
+        c.batch * c.q_heads * c.q_len * c.kv_len * (c.head_dim + c.value_dim);
+    if (c.score == QKV_SCORE_ADDITIVE) {  // tanh terms and the projections
+      work += c.batch * c.q_heads * c.q_len * c.hidden *
+              (4 * c.kv_len + c.head_dim);
+      work += c.batch * c.kv_heads * c.kv_len * c.hidden * c.head_dim;
+    }
     if (work > 8000000) continue;
     char prefix[32];
     std::snprintf(prefix, sizeof prefix, "random%02d", made);
@@ -243,16 +247,16 @@ std::vector<Case> AllCases() {
   // and value_dim mostly different, q_len and kv_len marching through the
   // edges.
   const int64_t dense[][4] = {
-      {1, 1, 1, 1},       {2, 3, 2, 3},       {3, 7, 3, 5},
-      {7, 8, 4, 4},       {8, 9, 5, 7},       {9, 15, 7, 9},
-      {15, 16, 8, 8},     {16, 17, 9, 15},    {17, 31, 15, 16},
-      {31, 32, 16, 17},   {32, 33, 17, 31},   {33, 63, 31, 32},
-      {63, 64, 32, 33},   {64, 65, 33, 63},   {65, 127, 63, 64},
-      {127, 128, 64, 65}, {128, 129, 65, 80}, {129, 300, 80, 128},
+      {1, 1, 1, 1},       {2, 3, 2, 3},        {3, 7, 3, 5},
+      {7, 8, 4, 4},       {8, 9, 5, 7},        {9, 15, 7, 9},
+      {15, 16, 8, 8},     {16, 17, 9, 15},     {17, 31, 15, 16},
+      {31, 32, 16, 17},   {32, 33, 17, 31},    {33, 63, 31, 32},
+      {63, 64, 32, 33},   {64, 65, 33, 63},    {65, 127, 63, 64},
+      {127, 128, 64, 65}, {128, 129, 65, 80},  {129, 300, 80, 128},
       {9, 129, 256, 256}, {300, 65, 128, 128}, {17, 33, 1, 256},
-      {33, 17, 256, 1},   {300, 300, 64, 64}, {2, 1, 16, 16},
-      {1, 2, 16, 16},     {16, 16, 16, 16},   {32, 32, 32, 32},
-      {64, 64, 128, 128}, {128, 128, 64, 64}, {1, 300, 128, 64},
+      {33, 17, 256, 1},   {300, 300, 64, 64},  {2, 1, 16, 16},
+      {1, 2, 16, 16},     {16, 16, 16, 16},    {32, 32, 32, 32},
+      {64, 64, 128, 128}, {128, 128, 64, 64},  {1, 300, 128, 64},
       {3, 2, 65, 3},      {8, 127, 2, 31},
   };
   for (const auto& s : dense) {
@@ -280,14 +284,14 @@ std::vector<Case> AllCases() {
   cs.push_back(Shape("causal", 1, 8, 1, 17, 130, 64, 64).Causal());
   cs.push_back(Shape("causal", 2, 6, 2, 9, 9, 7, 5).Causal());
   // Valid lengths alone, with causal, and all zero.
-  cs.push_back(Shape("lens_batch", 4, 2, 1, 9, 33, 16, 16)
-                   .WithLens(Lens::kPerBatch));
-  cs.push_back(Shape("lens_batch", 5, 1, 1, 16, 129, 32, 32)
-                   .WithLens(Lens::kPerBatch));
-  cs.push_back(Shape("lens_query", 3, 2, 2, 17, 65, 16, 8)
-                   .WithLens(Lens::kPerQuery));
-  cs.push_back(Shape("lens_query", 2, 4, 1, 33, 33, 64, 64)
-                   .WithLens(Lens::kPerQuery));
+  cs.push_back(
+      Shape("lens_batch", 4, 2, 1, 9, 33, 16, 16).WithLens(Lens::kPerBatch));
+  cs.push_back(
+      Shape("lens_batch", 5, 1, 1, 16, 129, 32, 32).WithLens(Lens::kPerBatch));
+  cs.push_back(
+      Shape("lens_query", 3, 2, 2, 17, 65, 16, 8).WithLens(Lens::kPerQuery));
+  cs.push_back(
+      Shape("lens_query", 2, 4, 1, 33, 33, 64, 64).WithLens(Lens::kPerQuery));
   cs.push_back(Shape("causal_lens_batch", 4, 2, 2, 17, 33, 16, 16)
                    .Causal()
                    .WithLens(Lens::kPerBatch));
@@ -297,20 +301,21 @@ std::vector<Case> AllCases() {
   cs.push_back(Shape("causal_lens_query", 2, 1, 1, 16, 64, 32, 16)
                    .Causal()
                    .WithLens(Lens::kPerQuery));
-  cs.push_back(Shape("lens_zero_batch", 2, 2, 1, 5, 9, 8, 8)
-                   .WithLens(Lens::kAllZero));
+  cs.push_back(
+      Shape("lens_zero_batch", 2, 2, 1, 5, 9, 8, 8).WithLens(Lens::kAllZero));
   cs.push_back(Shape("lens_zero_query", 2, 2, 2, 7, 33, 16, 16)
                    .WithLens(Lens::kAllZeroPerQuery));
   // Bias: strides, broadcasting, -inf entries and rows, combinations.
-  cs.push_back(Shape("bias_full", 2, 3, 3, 9, 17, 16, 16).WithBias(Bias::kFull));
+  cs.push_back(
+      Shape("bias_full", 2, 3, 3, 9, 17, 16, 16).WithBias(Bias::kFull));
   cs.push_back(Shape("bias_head0", 2, 4, 2, 9, 33, 16, 16)
                    .WithBias(Bias::kHeadBroadcast));
   cs.push_back(Shape("bias_batch0", 3, 2, 1, 8, 20, 8, 8)
                    .WithBias(Bias::kBatchBroadcast));
   cs.push_back(Shape("bias_both0", 2, 2, 2, 16, 16, 32, 32)
                    .WithBias(Bias::kBothBroadcast));
-  cs.push_back(Shape("bias_padded", 2, 3, 1, 7, 13, 8, 8)
-                   .WithBias(Bias::kPadded));
+  cs.push_back(
+      Shape("bias_padded", 2, 3, 1, 7, 13, 8, 8).WithBias(Bias::kPadded));
   cs.push_back(Shape("bias_neginf", 2, 2, 1, 16, 33, 16, 16)
                    .WithBias(Bias::kFull, true));
   cs.push_back(Shape("bias_neginf_rows", 2, 2, 2, 9, 17, 8, 8)
@@ -347,9 +352,8 @@ std::vector<Case> AllCases() {
   cs.push_back(Shape("scale_big", 1, 1, 1, 16, 40, 8, 8).Scale(3.0f));
   // Larger magnitudes: values up to 30, logits of a few tens.
   cs.push_back(Shape("bigv", 1, 2, 2, 33, 65, 32, 32).Magnitudes(4, 4, 30));
-  cs.push_back(Shape("bigqk", 2, 2, 1, 17, 100, 16, 24)
-                   .Magnitudes(3, 3, 30)
-                   .Causal());
+  cs.push_back(
+      Shape("bigqk", 2, 2, 1, 17, 100, 16, 24).Magnitudes(3, 3, 30).Causal());
   // Valid lengths at vector and key-block edges, per query.
   cs.push_back(Shape("lens_edges", 1, 2, 1, 27, 200, 16, 16)
                    .WithLens(Lens::kEdgesPerQuery));
@@ -399,10 +403,10 @@ std::vector<Case> AllCases() {
                    .Score(QKV_SCORE_GAUSSIAN)
                    .WithLens(Lens::kAllZero));
   // ADDITIVE (hidden 1, 7, 8, 16, 33, 64).
-  cs.push_back(Shape("additive_h1", 1, 1, 1, 8, 8, 4, 4)
-                   .Score(QKV_SCORE_ADDITIVE, 1));
-  cs.push_back(Shape("additive_h7", 1, 1, 1, 16, 17, 8, 8)
-                   .Score(QKV_SCORE_ADDITIVE, 7));
+  cs.push_back(
+      Shape("additive_h1", 1, 1, 1, 8, 8, 4, 4).Score(QKV_SCORE_ADDITIVE, 1));
+  cs.push_back(
+      Shape("additive_h7", 1, 1, 1, 16, 17, 8, 8).Score(QKV_SCORE_ADDITIVE, 7));
   cs.push_back(Shape("additive_h16", 2, 4, 2, 9, 33, 16, 16)
                    .Score(QKV_SCORE_ADDITIVE, 16));
   cs.push_back(Shape("additive_h33_causal", 1, 2, 1, 33, 65, 32, 17)
@@ -423,9 +427,9 @@ std::vector<Case> AllCases() {
 // the requested -inf pattern.
 Problem BuildProblem(const Case& c) {
   std::mt19937 rng(SeedFromName(c.Name()));
-  Problem p = MakeProblem(c.batch, c.q_heads, c.kv_heads, c.q_len, c.kv_len,
-                          c.head_dim, c.value_dim, rng(), c.q_mag, c.k_mag,
-                          c.v_mag);
+  Problem p =
+      MakeProblem(c.batch, c.q_heads, c.kv_heads, c.q_len, c.kv_len, c.head_dim,
+                  c.value_dim, rng(), c.q_mag, c.k_mag, c.v_mag);
   qkv_attention_desc& d = p.desc;
   d.score = c.score;
   if (c.has_scale) d.scale = c.scale;
@@ -436,11 +440,12 @@ Problem BuildProblem(const Case& c) {
     const bool per_query = c.lens == Lens::kPerQuery ||
                            c.lens == Lens::kAllZeroPerQuery ||
                            c.lens == Lens::kEdgesPerQuery;
-    static const int32_t kEdges[] = {0,  1,  2,  3,  4,  5,  7,   8,   9,
-                                     15, 16, 17, 31, 32, 33, 63,  64,  65,
+    static const int32_t kEdges[] = {0,  1,  2,  3,   4,   5,   7,   8,   9,
+                                     15, 16, 17, 31,  32,  33,  63,  64,  65,
                                      95, 96, 97, 127, 128, 129, 191, 192, 193};
     const size_t num_edges = sizeof(kEdges) / sizeof(kEdges[0]);
-    const bool zero = c.lens == Lens::kAllZero || c.lens == Lens::kAllZeroPerQuery;
+    const bool zero =
+        c.lens == Lens::kAllZero || c.lens == Lens::kAllZeroPerQuery;
     d.valid_lens_per_query = per_query ? 1 : 0;
     const int64_t n = per_query ? c.batch * c.q_len : c.batch;
     std::uniform_int_distribution<int32_t> any_len(
@@ -450,10 +455,18 @@ Problem BuildProblem(const Case& c) {
     for (int64_t idx = 0; idx < n; ++idx) {
       int32_t len;
       switch (idx % 5) {
-        case 1: len = static_cast<int32_t>(c.kv_len); break;
-        case 3: len = per_query || c.batch > 2 ? 0 : some_len(rng); break;
-        case 0: len = some_len(rng); break;
-        default: len = any_len(rng); break;
+        case 1:
+          len = static_cast<int32_t>(c.kv_len);
+          break;
+        case 3:
+          len = per_query || c.batch > 2 ? 0 : some_len(rng);
+          break;
+        case 0:
+          len = some_len(rng);
+          break;
+        default:
+          len = any_len(rng);
+          break;
       }
       if (c.lens == Lens::kEdgesPerQuery) {
         // Walk the edge list from a per-batch offset; clip to kv_len.
@@ -539,13 +552,11 @@ TEST_P(AttentionOracleTest, MatchesOracle) {
   const Problem pristine = p;
   const Outputs full = RunAttention(p);
   // The inputs are const: not even scratch use is allowed.
-  EXPECT_TRUE(BitwiseEqual(p.q, pristine.q) && BitwiseEqual(p.k, pristine.k) &&
-              BitwiseEqual(p.v, pristine.v) &&
-              BitwiseEqual(p.bias, pristine.bias) &&
-              BitwiseEqual(p.w_q, pristine.w_q) &&
-              BitwiseEqual(p.w_k, pristine.w_k) &&
-              BitwiseEqual(p.w_v, pristine.w_v) &&
-              p.valid_lens == pristine.valid_lens)
+  EXPECT_TRUE(
+      BitwiseEqual(p.q, pristine.q) && BitwiseEqual(p.k, pristine.k) &&
+      BitwiseEqual(p.v, pristine.v) && BitwiseEqual(p.bias, pristine.bias) &&
+      BitwiseEqual(p.w_q, pristine.w_q) && BitwiseEqual(p.w_k, pristine.w_k) &&
+      BitwiseEqual(p.w_v, pristine.w_v) && p.valid_lens == pristine.valid_lens)
       << "an input buffer was modified";
   if (full.status == QKV_ERR_UNSUPPORTED) {
     if (UnsupportedIsAllowed(backend, c.score)) {
@@ -624,8 +635,7 @@ TEST_P(AttentionBackendTest, HugeLogitsGiveExactOneHot) {
     for (int64_t b = 0; b < 2; ++b) {
       for (int64_t h = 0; h < 2; ++h) {
         for (int64_t i = 0; i < q_len; ++i) {
-          float* qr =
-              p.q.data() + ((b * 2 + h) * q_len + i) * head_dim;
+          float* qr = p.q.data() + ((b * 2 + h) * q_len + i) * head_dim;
           for (int64_t a = 0; a < head_dim; ++a) qr[a] = 0.0f;
           qr[(i + h) % head_dim] = h == 0 ? 100.0f : -100.0f;
         }
@@ -672,10 +682,10 @@ TEST_P(AttentionBackendTest, HugeLogitsGiveExactOneHot) {
     }
     for (size_t idx = 0; idx < e.lse.size(); ++idx) {
       const float g = got.lse[idx];
-      const bool ok = std::isinf(e.lse[idx])
-                          ? (std::isinf(g) && g < 0)
-                          : std::fabs(g - e.lse[idx]) <=
-                                kLseTol * std::fabs(e.lse[idx]);
+      const bool ok =
+          std::isinf(e.lse[idx])
+              ? (std::isinf(g) && g < 0)
+              : std::fabs(g - e.lse[idx]) <= kLseTol * std::fabs(e.lse[idx]);
       if (!ok && bad++ < 8) {
         ADD_FAILURE() << "lse[" << idx << "] = " << g << ", exact "
                       << e.lse[idx];
@@ -704,8 +714,8 @@ TEST_P(AttentionBackendTest, ScaleZeroIsAveragePooling) {
     for (int64_t h = 0; h < q_heads; ++h) {
       for (int64_t i = 0; i < q_len; ++i) {
         const int64_t row = (b * q_heads + h) * q_len + i;
-        const int64_t n = std::min<int64_t>(i + kv_len - q_len + 1,
-                                            p.valid_lens[static_cast<size_t>(b)]);
+        const int64_t n = std::min<int64_t>(
+            i + kv_len - q_len + 1, p.valid_lens[static_cast<size_t>(b)]);
         ASSERT_GT(n, 0);
         const float* v_head =
             p.v.data() + (b * kv_heads + h / group) * kv_len * value_dim;
@@ -752,7 +762,8 @@ TEST_P(AttentionBackendTest, FullyMaskedRowsAreZeroAndMinusInf) {
       d.mask = QKV_MASK_VALID_LENS;
       d.valid_lens_per_query = 1;
       for (int64_t r = 0; r < batch * q_len; ++r) {
-        p.valid_lens.push_back(r % 2 == 0 ? 0 : static_cast<int32_t>(r % 7 + 1));
+        p.valid_lens.push_back(r % 2 == 0 ? 0
+                                          : static_cast<int32_t>(r % 7 + 1));
       }
       for (int64_t b = 0; b < batch; ++b) {
         for (int64_t h = 0; h < q_heads; ++h) {
@@ -800,7 +811,8 @@ TEST_P(AttentionBackendTest, FullyMaskedRowsAreZeroAndMinusInf) {
       const float lse = got.lse[r];
       EXPECT_FALSE(std::isnan(lse)) << "row " << r;
       if (row_masked[r]) {
-        EXPECT_TRUE(std::isinf(lse) && lse < 0) << "row " << r << " lse " << lse;
+        EXPECT_TRUE(std::isinf(lse) && lse < 0)
+            << "row " << r << " lse " << lse;
       } else {
         EXPECT_TRUE(std::isfinite(lse)) << "row " << r << " lse " << lse;
       }
@@ -839,18 +851,21 @@ TEST_P(AttentionBackendTest, NegInfBiasHidesKeyCompletely) {
   // it from every row.
   for (int64_t c = 0; c < head_dim; ++c) {
     p.k[static_cast<size_t>(10 * head_dim + c)] = 10.0f;
-    for (int64_t i = 0; i < q_len; ++i) p.q[static_cast<size_t>(i * head_dim + c)] = 1.0f;
+    for (int64_t i = 0; i < q_len; ++i)
+      p.q[static_cast<size_t>(i * head_dim + c)] = 1.0f;
   }
   for (int64_t c = 0; c < value_dim; ++c) {
     p.v[static_cast<size_t>(10 * value_dim + c)] = 1e6f;
   }
-  for (int64_t i = 0; i < q_len; ++i) p.bias[static_cast<size_t>(i * kv_len + 10)] = -kInf;
+  for (int64_t i = 0; i < q_len; ++i)
+    p.bias[static_cast<size_t>(i * kv_len + 10)] = -kInf;
   const Outputs got = RunAttention(p);
   ASSERT_EQ(got.status, QKV_OK);
   for (int64_t i = 0; i < q_len; ++i) {
     EXPECT_EQ(got.weights[static_cast<size_t>(i * kv_len + 10)], 0.0f);
     for (int64_t c = 0; c < value_dim; ++c) {
-      EXPECT_LE(std::fabs(got.out[static_cast<size_t>(i * value_dim + c)]), 1.0f)
+      EXPECT_LE(std::fabs(got.out[static_cast<size_t>(i * value_dim + c)]),
+                1.0f)
           << "the hidden key leaked into out";
     }
   }
@@ -877,7 +892,8 @@ TEST_P(AttentionBackendTest, SupportedScores) {
   }
 }
 
-std::string BackendParamName(const ::testing::TestParamInfo<std::string>& info) {
+std::string BackendParamName(
+    const ::testing::TestParamInfo<std::string>& info) {
   return SanitizeForTestName(info.param);
 }
 

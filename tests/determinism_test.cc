@@ -4,10 +4,12 @@
 // indices, on every backend.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <ostream>
 #include <random>
 #include <string>
 #include <thread>
@@ -93,7 +95,7 @@ Problem BuildDetProblem(const DetCase& c, const std::string& backend) {
     d.mask |= QKV_MASK_VALID_LENS | QKV_MASK_BIAS;
     d.valid_lens_per_query = 1;
     std::uniform_int_distribution<int32_t> len(0,
-                                                static_cast<int32_t>(c.kv_len));
+                                               static_cast<int32_t>(c.kv_len));
     for (int64_t r = 0; r < c.batch * c.q_len; ++r) {
       p.valid_lens.push_back(r % 4 == 1 ? static_cast<int32_t>(c.kv_len)
                                         : len(rng));
@@ -120,8 +122,8 @@ Problem BuildDetProblem(const DetCase& c, const std::string& backend) {
 
 void ExpectSameBits(const Outputs& base, const Outputs& got,
                     const std::string& what) {
-  ASSERT_EQ(got.status, QKV_OK) << what << ": "
-                                << qkv_status_string(got.status);
+  ASSERT_EQ(got.status, QKV_OK)
+      << what << ": " << qkv_status_string(got.status);
   const std::pair<const char*, std::pair<const std::vector<float>*,
                                          const std::vector<float>*>>
       bufs[] = {{"out", {&base.out, &got.out}},
@@ -138,8 +140,8 @@ void ExpectSameBits(const Outputs& base, const Outputs& got,
       ++first;
     }
     ADD_FAILURE() << what << ": " << b.first << " differs from the "
-                  << "parallel_for NULL run, first at index " << first
-                  << " (" << y[first] << " vs " << x[first] << ")";
+                  << "parallel_for NULL run, first at index " << first << " ("
+                  << y[first] << " vs " << x[first] << ")";
   }
 }
 
@@ -185,8 +187,8 @@ TEST_P(DeterminismTest, BitwiseIdenticalForEveryPoolAndSchedule) {
     }
   }
 
-  for (size_t workers : {size_t{1}, size_t{2}, size_t{3}, size_t{8},
-                         size_t{64}}) {
+  for (size_t workers :
+       {size_t{1}, size_t{2}, size_t{3}, size_t{8}, size_t{64}}) {
     for (uint32_t seed : {1u, 2u}) {
       ShuffledPool shuffled{std::mt19937(seed * 7919u + workers), workers};
       qkv_attention_desc d = serial;

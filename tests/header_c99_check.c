@@ -1,14 +1,13 @@
 /* Compiled as strict C99 with -pedantic-errors -Wall -Wextra -Werror: the
  * public header must stay plain C. Never linked. */
-#include "qkv/qkv.h"
-
 #include <stddef.h>
+
+#include "qkv/qkv.h"
 
 size_t qkv_header_c99_check(const float *q, const float *k, const float *v,
                             float *out);
 
-static void serial_for(void *ctx, size_t num_tasks, qkv_task_fn fn,
-                       void *arg) {
+static void serial_for(void *ctx, size_t num_tasks, qkv_task_fn fn, void *arg) {
   size_t t;
   (void)ctx;
   for (t = 0; t < num_tasks; ++t) fn(arg, t, 0);

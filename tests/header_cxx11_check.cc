@@ -1,8 +1,8 @@
 // Compiled as C++11 with -Wall -Wextra -Werror -pedantic: the public header
 // must be usable from old C++. Never linked.
-#include "qkv/qkv.h"
-
 #include <cstddef>
+
+#include "qkv/qkv.h"
 
 namespace qkv_test {
 

@@ -78,7 +78,8 @@ OracleOutput OracleAttention(const qkv_attention_desc& d, const float* q,
         for (int64_t u = 0; u < hidden; ++u) {
           double acc = 0.0;
           for (int64_t c = 0; c < head_dim; ++c) {
-            acc += static_cast<double>(d.additive_w_q[u * head_dim + c]) * qr[c];
+            acc +=
+                static_cast<double>(d.additive_w_q[u * head_dim + c]) * qr[c];
           }
           q_proj[static_cast<size_t>(u)] = acc;
         }
@@ -117,8 +118,7 @@ OracleOutput OracleAttention(const qkv_attention_desc& d, const float* q,
             }
             case QKV_SCORE_ADDITIVE: {
               const double* kp =
-                  k_proj.data() +
-                  ((b * kv_heads + kvh) * kv_len + j) * hidden;
+                  k_proj.data() + ((b * kv_heads + kvh) * kv_len + j) * hidden;
               for (int64_t u = 0; u < hidden; ++u) {
                 s += static_cast<double>(d.additive_w_v[u]) *
                      std::tanh(q_proj[static_cast<size_t>(u)] + kp[u]);

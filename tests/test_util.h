@@ -220,14 +220,13 @@ inline Outputs RunAttention(const qkv_attention_desc& d, const float* q,
   const size_t ws_size = qkv_attention_workspace_size(&d);
   if (opt.check_short_workspace && ws_size > 0) {
     MisalignedWorkspace short_ws(ws_size - 1);
-    const qkv_status st = qkv_attention_f32(&d, q, k, v, out.data(), w_ptr,
-                                            lse_ptr, short_ws.data(),
-                                            short_ws.size());
+    const qkv_status st =
+        qkv_attention_f32(&d, q, k, v, out.data(), w_ptr, lse_ptr,
+                          short_ws.data(), short_ws.size());
     // An unsupported request may say so before looking at the workspace.
     if (st != QKV_ERR_UNSUPPORTED) {
       EXPECT_EQ(st, QKV_ERR_WORKSPACE_TOO_SMALL)
-          << "workspace of " << ws_size - 1 << " bytes, query said "
-          << ws_size;
+          << "workspace of " << ws_size - 1 << " bytes, query said " << ws_size;
     }
     EXPECT_TRUE(out.BodyUntouched() && weights.BodyUntouched() &&
                 lse.BodyUntouched())

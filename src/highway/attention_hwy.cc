@@ -77,6 +77,19 @@ constexpr int64_t kBlockKeys = 64;
 constexpr int64_t kRowPathMaxRows = 4;
 
 size_t Lanes() { return hn::Lanes(DF()); }
+
+// exp(x) for x <= 0 or -inf (the only arguments softmax has here), flushing
+// results below FLT_MIN (x < -87) to 0. Highway's Exp is accurate to 1 ulp
+// but produces subnormals (and handles -inf) through arithmetic that costs a
+// microcode assist per instruction on x86; clamping first keeps every
+// intermediate normal. The flushed terms are below 1e-38 of the row's largest
+// weight, far under the accuracy bound.
+HWY_INLINE VF ExpNonPositive(VF x) {
+  const DF df;
+  const VF lowest = hn::Set(df, -87.0f);
+  return hn::IfThenZeroElse(hn::Lt(x, lowest),
+                            hn::Exp(df, hn::Max(x, lowest)));
+}
 size_t TileRows() { return 2 * Lanes(); }
 
 // Workspace of one worker, all regions 64-byte aligned.
@@ -343,10 +356,10 @@ HWY_INLINE VF SoftmaxBlock(float* HWY_RESTRICT st, size_t R, int64_t nb,
   // A lane that has seen no visible key keeps max -inf; exponentiate its
   // (-inf) scores against 0 so they give 0, not NaN.
   const VF m_use = hn::IfThenZeroElse(hn::Eq(m_new, neg_inf), m_new);
-  const VF alpha = hn::Exp(df, hn::Sub(*m, m_use));
+  const VF alpha = ExpNonPositive(hn::Sub(*m, m_use));
   VF sum = hn::Mul(*l, alpha);
   for (int64_t j = 0; j < nb; ++j) {
-    const VF p = hn::Exp(df, hn::Sub(hn::Load(df, st + j * R), m_use));
+    const VF p = ExpNonPositive(hn::Sub(hn::Load(df, st + j * R), m_use));
     hn::Store(p, df, st + j * R);
     sum = hn::Add(sum, p);
   }
@@ -364,14 +377,14 @@ void NormalizeWeights(float* HWY_RESTRICT w, int64_t n, float m, float inv_l,
   int64_t j = 0;
   for (; j + N <= n; j += N) {
     const VF x = hn::LoadU(df, w + j);
-    hn::StoreU(hn::Mul(hn::Exp(df, hn::Sub(x, vm)), vs), df, w + j);
+    hn::StoreU(hn::Mul(ExpNonPositive(hn::Sub(x, vm)), vs), df, w + j);
   }
   if (j < n) {  // never touch memory past the row: go through a scratch
     const size_t rest = static_cast<size_t>(n - j);
     for (int64_t u = 0; u < N; ++u) tail[u] = -INFINITY;
     memcpy(tail, w + j, rest * sizeof(float));
     const VF x = hn::Load(df, tail);
-    hn::Store(hn::Mul(hn::Exp(df, hn::Sub(x, vm)), vs), df, tail);
+    hn::Store(hn::Mul(ExpNonPositive(hn::Sub(x, vm)), vs), df, tail);
     memcpy(w + j, tail, rest * sizeof(float));
   }
 }
@@ -533,6 +546,10 @@ HWY_NOINLINE void RowScores(const float* HWY_RESTRICT q,
     return kKind == kAdditive ? hn::LoadU(df, w_v + t) : hn::Zero(df);
   };
   int64_t j = 0;
+  if (d_full == 0) {  // vectors shorter than one SIMD vector: plain loops
+    for (; j < nb; ++j) st[j] = tail(k + j * d) * finish;
+    return;
+  }
   for (; j + 4 <= nb; j += 4) {
     const float* k0 = k + j * d;
     const float* k1 = k0 + d;
@@ -580,10 +597,10 @@ float RowSoftmaxBlock(float* HWY_RESTRICT st, int64_t nb, float* m,
   const float m_new = *m > block_max ? *m : block_max;
   const float m_use = m_new == -INFINITY ? 0.0f : m_new;
   const VF vm = hn::Set(df, m_use);
-  const float alpha = hn::GetLane(hn::Exp(df, hn::Set(df, *m - m_use)));
+  const float alpha = hn::GetLane(ExpNonPositive(hn::Set(df, *m - m_use)));
   VF vsum = hn::Zero(df);
   for (int64_t j = 0; j < padded; j += N) {
-    const VF e = hn::Exp(df, hn::Sub(hn::Load(df, st + j), vm));
+    const VF e = ExpNonPositive(hn::Sub(hn::Load(df, st + j), vm));
     hn::Store(e, df, st + j);
     vsum = hn::Add(vsum, e);
   }
