@@ -289,13 +289,17 @@ Operands OperandsFor(const Problem& p, const unsigned char* shared, int64_t b,
 
 // ot[c][*] = ot[c][*] * alpha + sum_{j < nb} pt[j][*] * v[j][c] for the U
 // value columns starting at c = 0 of v and ot.
-template <int RV, int U>
+// kGuard: lanes whose probability is 0 (a hidden key) leave the output
+// untouched, so a NaN or Inf in a value row that a query cannot see never
+// reaches it (0 * NaN is NaN). Used only in blocks that hide some keys.
+template <int RV, int U, bool kGuard>
 HWY_NOINLINE void OutputColumns(const float* HWY_RESTRICT pt, size_t R,
-                              const float* HWY_RESTRICT v, int64_t dv,
-                              int64_t nb, VF alpha0, VF alpha1,
-                              float* HWY_RESTRICT ot) {
+                                const float* HWY_RESTRICT v, int64_t dv,
+                                int64_t nb, VF alpha0, VF alpha1,
+                                float* HWY_RESTRICT ot) {
   const DF df;
   const size_t N = hn::Lanes(df);
+  const VF zero = hn::Zero(df);
 #define QKV_DECL(u)                                                        \
   VF o##u##0 = hn::Zero(df), o##u##1 = hn::Zero(df);                       \
   if (u < U) {                                                             \
@@ -308,11 +312,21 @@ HWY_NOINLINE void OutputColumns(const float* HWY_RESTRICT pt, size_t R,
     const float* HWY_RESTRICT vj = v + j * dv;
     const VF p0 = hn::Load(df, pt + j * R);
     const VF p1 = RV > 1 ? hn::Load(df, pt + j * R + N) : p0;
-#define QKV_STEP(u)                                     \
-  if (u < U) {                                          \
-    const VF b = hn::Set(df, vj[u]);                    \
-    o##u##0 = hn::MulAdd(p0, b, o##u##0);               \
-    if (RV > 1) o##u##1 = hn::MulAdd(p1, b, o##u##1);   \
+    const auto read0 = hn::Gt(p0, zero);
+    const auto read1 = hn::Gt(p1, zero);
+#define QKV_STEP(u)                                                       \
+  if (u < U) {                                                            \
+    const VF b = hn::Set(df, vj[u]);                                      \
+    if (kGuard) {                                                         \
+      o##u##0 = hn::IfThenElse(read0, hn::MulAdd(p0, b, o##u##0), o##u##0); \
+      if (RV > 1) {                                                       \
+        o##u##1 =                                                         \
+            hn::IfThenElse(read1, hn::MulAdd(p1, b, o##u##1), o##u##1);   \
+      }                                                                   \
+    } else {                                                              \
+      o##u##0 = hn::MulAdd(p0, b, o##u##0);                               \
+      if (RV > 1) o##u##1 = hn::MulAdd(p1, b, o##u##1);                   \
+    }                                                                     \
   }
     QKV_UNROLL8(QKV_STEP)
 #undef QKV_STEP
@@ -326,18 +340,19 @@ HWY_NOINLINE void OutputColumns(const float* HWY_RESTRICT pt, size_t R,
 #undef QKV_STORE
 }
 
-template <int RV>
+template <int RV, bool kGuard>
 HWY_INLINE void AccumulateOutput(const float* HWY_RESTRICT pt, size_t R,
                                  const float* HWY_RESTRICT v, int64_t dv,
                                  int64_t nb, VF alpha0, VF alpha1,
                                  float* HWY_RESTRICT ot) {
   int64_t c = 0;
   for (; c + kUnroll <= dv; c += kUnroll) {
-    OutputColumns<RV, kUnroll>(pt, R, v + c, dv, nb, alpha0, alpha1,
-                               ot + c * R);
+    OutputColumns<RV, kUnroll, kGuard>(pt, R, v + c, dv, nb, alpha0, alpha1,
+                                       ot + c * R);
   }
   for (; c < dv; ++c) {
-    OutputColumns<RV, 1>(pt, R, v + c, dv, nb, alpha0, alpha1, ot + c * R);
+    OutputColumns<RV, 1, kGuard>(pt, R, v + c, dv, nb, alpha0, alpha1,
+                                 ot + c * R);
   }
 }
 
@@ -419,7 +434,8 @@ void RunTile(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
       for (int64_t t = 0; t < d; ++t) tile.qt[t * R + r] = 0.0f;
     }
   }
-  if (rows < static_cast<int64_t>(R)) min_limit = 0;  // padding lanes see none
+  // Padding lanes (rows >= rows) have limit 0 and are never written out, so
+  // min_limit is over real rows only: their scores need no mask.
   for (int64_t c = 0; c < dv; ++c) {
     for (size_t r = 0; r < R; ++r) tile.ot[c * R + r] = 0.0f;
   }
@@ -446,10 +462,15 @@ void RunTile(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
     if (p.bias != nullptr) {
       for (int64_t r = 0; r < rows; ++r) {
         const float* bias = tile.bias[r] + j0;
-        for (int64_t j = 0; j < nb; ++j) st[j * R + r] += bias[j];
+        for (int64_t j = 0; j < nb; ++j) {
+          // -inf hides the key whatever its score (even NaN from a bad key).
+          float& s = st[j * R + r];
+          s = bias[j] == -INFINITY ? -INFINITY : s + bias[j];
+        }
       }
     }
-    if (j0 + nb > min_limit) {  // some row's limit falls inside this block
+    const bool hides = j0 + nb > min_limit;
+    if (hides) {  // some row's limit falls inside this block
       for (int64_t j = 0; j < nb; ++j) {
         const auto key = hn::Set(di, static_cast<int32_t>(j0 + j));
         float* s = st + j * R;
@@ -472,7 +493,13 @@ void RunTile(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
     VF alpha0 = SoftmaxBlock(st, R, nb, &m0, &l0);
     VF alpha1 = alpha0;
     if (RV > 1) alpha1 = SoftmaxBlock(st + N, R, nb, &m1, &l1);
-    AccumulateOutput<RV>(st, R, v + j0 * dv, dv, nb, alpha0, alpha1, tile.ot);
+    if (hides || p.bias != nullptr) {
+      AccumulateOutput<RV, true>(st, R, v + j0 * dv, dv, nb, alpha0, alpha1,
+                                 tile.ot);
+    } else {
+      AccumulateOutput<RV, false>(st, R, v + j0 * dv, dv, nb, alpha0, alpha1,
+                                  tile.ot);
+    }
   }
 
   // Finish: out = ot / l, lse = m + log(l); rows that saw no key get zeros.
@@ -624,6 +651,7 @@ HWY_NOINLINE void RowOutputColumns(const float* HWY_RESTRICT pr,
   QKV_UNROLL8(QKV_DECL)
 #undef QKV_DECL
   for (int64_t j = 0; j < nb; ++j) {
+    if (pr[j] == 0.0f) continue;  // a hidden key's value is never read
     const VF b = hn::Set(df, pr[j]);
     const float* HWY_RESTRICT vj = v + j * dv;
 #define QKV_STEP(u) \
@@ -649,7 +677,9 @@ void RowOutput(const float* HWY_RESTRICT pr, const float* HWY_RESTRICT v,
   }
   for (; c < dv; ++c) {
     float acc = o[c] * alpha;
-    for (int64_t j = 0; j < nb; ++j) acc += pr[j] * v[j * dv + c];
+    for (int64_t j = 0; j < nb; ++j) {
+      if (pr[j] != 0.0f) acc += pr[j] * v[j * dv + c];
+    }
     o[c] = acc;
   }
 }
@@ -694,7 +724,10 @@ void RunRows(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
         RowScores<kDot>(qr, k + j0 * d, d, nb, 1.0f, p.w_v, st);
       }
       if (tile.bias[r] != nullptr) {
-        for (int64_t j = 0; j < nb; ++j) st[j] += tile.bias[r][j0 + j];
+        const float* bias = tile.bias[r] + j0;
+        for (int64_t j = 0; j < nb; ++j) {
+          st[j] = bias[j] == -INFINITY ? -INFINITY : st[j] + bias[j];
+        }
       }
       if (p.weights != nullptr) {
         memcpy(p.weights + tile.row[r] * lk + j0, st, nb * sizeof(float));

@@ -108,7 +108,8 @@ void RunTask(const Problem& p, size_t task, const unsigned char*,
           s += p.w_v[u] * tanhf(query_proj[u] + kp[u]);
         }
       }
-      if (bias != nullptr) s += bias[j];
+      // -inf hides the key whatever its score (even NaN from a bad key).
+      if (bias != nullptr) s = bias[j] == -INFINITY ? -INFINITY : s + bias[j];
       scores[j] = s;
       if (s > max_score) max_score = s;
     }
