@@ -42,12 +42,23 @@ struct Shape {
   int64_t batch, heads, q_len, kv_len, head_dim;
   bool causal;
   bool sweep;  // part of the kv_len sweep: fewer implementations
+  qkv_score score = QKV_SCORE_DOT;
+  int64_t hidden = 0;  // QKV_SCORE_ADDITIVE: additive_hidden
 
   int64_t value_dim() const { return head_dim; }
+  // (query, key) pairs scored per call.
+  double Pairs() const {
+    const double n = static_cast<double>(batch) * heads * q_len * kv_len;
+    return causal ? n / 2 : n;
+  }
+  // DOT and GAUSSIAN: 2 flops per element of the score and of the output.
+  // ADDITIVE: per pair, hidden (add, tanh, fma) counted as 3 flops each plus
+  // the output's 2 * value_dim; the once-per-call projections are left out.
   double Flops() const {
-    const double f =
-        4.0 * static_cast<double>(batch) * heads * q_len * kv_len * head_dim;
-    return causal ? f / 2 : f;
+    if (score == QKV_SCORE_ADDITIVE) {
+      return Pairs() * (3.0 * hidden + 2.0 * value_dim());
+    }
+    return Pairs() * 2.0 * (head_dim + value_dim());
   }
   size_t QFloats() const { return size_t(batch * heads * q_len * head_dim); }
   size_t KFloats() const { return size_t(batch * heads * kv_len * head_dim); }
@@ -86,6 +97,7 @@ struct ShapeData {
   Buffer expected;  // the OpenBLAS 3-step's output, for max_err
   bool have_expected = false;
   float max_abs_v = 0.0f;
+  std::vector<float> w_q, w_k, w_v;  // ADDITIVE weights
 };
 
 ShapeData& DataFor(const Shape& s) {
@@ -105,6 +117,15 @@ ShapeData& DataFor(const Shape& s) {
   d.k = fill(s.KFloats());
   d.v = fill(s.VFloats());
   d.out = AllocFloats(s.OutFloats());
+  if (s.score == QKV_SCORE_ADDITIVE) {
+    const size_t w = static_cast<size_t>(s.hidden * s.head_dim);
+    d.w_q.resize(w);
+    d.w_k.resize(w);
+    d.w_v.resize(static_cast<size_t>(s.hidden));
+    for (float& x : d.w_q) x = 0.2f * dist(rng);
+    for (float& x : d.w_k) x = 0.2f * dist(rng);
+    for (float& x : d.w_v) x = dist(rng);
+  }
   for (size_t i = 0; i < s.VFloats(); ++i) {
     d.max_abs_v = std::max(d.max_abs_v, std::fabs(d.v.get()[i]));
   }
@@ -142,7 +163,8 @@ struct BlasRun {
 };
 
 void ComputeExpected(const Shape& s, ShapeData& d) {
-  if (d.have_expected || !BlasAvailable()) return;
+  // The 3-step baseline computes dot-product attention only.
+  if (d.have_expected || !BlasAvailable() || s.score != QKV_SCORE_DOT) return;
   d.expected = AllocFloats(s.OutFloats());
   const BlasShape bs = BlasShapeOf(s);
   Buffer scratch = AllocFloats(BlasScratchFloats(bs));
@@ -176,6 +198,8 @@ void SetCounters(benchmark::State& state, const Shape& s, double max_err) {
       benchmark::Counter(s.Flops() * iters, benchmark::Counter::kIsRate);
   state.counters["bytes"] =
       benchmark::Counter(s.Bytes() * iters, benchmark::Counter::kIsRate);
+  state.counters["pairs"] =
+      benchmark::Counter(s.Pairs() * iters, benchmark::Counter::kIsRate);
   state.counters["max_err"] = benchmark::Counter(max_err);
 }
 
@@ -206,6 +230,14 @@ void RunQkv(benchmark::State& state, QkvCase* c) {
   qkv_attention_desc_init(&desc, s.batch, s.heads, s.heads, s.q_len, s.kv_len,
                           s.head_dim, s.value_dim());
   if (s.causal) desc.mask = QKV_MASK_CAUSAL;
+  desc.score = s.score;
+  if (s.score == QKV_SCORE_GAUSSIAN) desc.scale = 0.5f / s.head_dim;
+  if (s.score == QKV_SCORE_ADDITIVE) {
+    desc.additive_hidden = s.hidden;
+    desc.additive_w_q = d.w_q.data();
+    desc.additive_w_k = d.w_k.data();
+    desc.additive_w_v = d.w_v.data();
+  }
   desc.backend = c->backend.c_str();
   if (c->workers > 0) Pool(c->workers).Attach(&desc);
   if (!c->ready) {
@@ -276,6 +308,15 @@ std::vector<Shape> Shapes() {
       {"S3_small", 1, 4, 128, 128, 64, false, false},
       {"S4_toy", 1, 1, 4, 4, 2, false, false},
   };
+  // The other score kinds on S3's shape: the default backend and the
+  // reference (the 3-step baseline has no counterpart).
+  Shape gaussian = {"S3_gaussian", 1, 4, 128, 128, 64, false, true};
+  gaussian.score = QKV_SCORE_GAUSSIAN;
+  v.push_back(gaussian);
+  Shape additive = {"S3_additive_h64", 1, 4, 128, 128, 64, false, true};
+  additive.score = QKV_SCORE_ADDITIVE;
+  additive.hidden = 64;
+  v.push_back(additive);
   for (int64_t kv = 128; kv <= 4096; kv *= 2) {
     v.push_back(
         {"sweep_kv" + std::to_string(kv), 1, 4, 128, kv, 64, false, true});
@@ -315,7 +356,7 @@ void RegisterAll() {
         }
       }
     }
-    if (blas) {
+    if (blas && s.score == QKV_SCORE_DOT) {
       for (size_t w : {size_t(1), size_t(2)}) {
         BlasCase* c = new BlasCase{s, w, nullptr};
         const std::string name =

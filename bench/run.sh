@@ -129,13 +129,14 @@ def fmt_speedup(base, t):
 
 
 header = ["shape", "implementation", "workers", "median time", "cv",
-          "GFLOP/s", "GB/s", "vs OpenBLAS 3-step", "vs reference", "max err"]
+          "GFLOP/s", "GB/s", "Mpairs/s", "vs OpenBLAS 3-step", "vs reference",
+          "max err"]
 table = []
 for key in order:
     shape, impl, workers = key
     if key in errors and key not in rows:
         table.append([shape, impl, str(workers), "ERROR: " + errors[key],
-                      "", "", "", "", "", ""])
+                      "", "", "", "", "", "", ""])
         continue
     if key not in rows:
         continue
@@ -146,6 +147,7 @@ for key in order:
         shape, impl, str(workers), fmt_time(t),
         "%.1f%%" % (100 * cv[key]) if key in cv else "",
         fmt_rate(b.get("flop", 0.0) / 1e9), fmt_rate(b.get("bytes", 0.0) / 1e9),
+        fmt_rate(b.get("pairs", 0.0) / 1e6),
         "-" if impl == "openblas_3step"
         else fmt_speedup(blas.get((shape, workers)), t),
         "-" if impl == "reference" else fmt_speedup(ref.get(shape), t),
@@ -153,7 +155,7 @@ for key in order:
     ])
 
 widths = [max(len(r[i]) for r in table + [header]) for i in range(len(header))]
-right = {2, 3, 4, 5, 6, 7, 8, 9}
+right = {2, 3, 4, 5, 6, 7, 8, 9, 10}
 
 
 def line(cells):
@@ -179,6 +181,8 @@ lines = [
     "- f32, medians of the repetitions (cv: their spread), wall-clock time; "
     "run took %ss" % elapsed,
     "- GFLOP/s: 4*batch*heads*q_len*kv_len*d per call (half with causal); "
+    "for additive scores 3*hidden+2*d per (query, key) pair; "
+    "Mpairs/s: (query, key) pairs scored per second; "
     "GB/s: q+k+v+out bytes per call",
     "- vs OpenBLAS 3-step: its median time / this one, same shape and same "
     "workers; vs reference: the single-threaded reference backend's time / "
