@@ -405,7 +405,8 @@ QKV_API qkv_status qkv_attention_f32(const qkv_attention_desc* desc,
   unsigned char* workers_base = base ? base + plan.shared : nullptr;
   if (plan.engine->prepare != nullptr) plan.engine->prepare(p, base);
   const size_t tasks = plan.engine->num_tasks(p);
-  if (plan.parallel_for == nullptr) {
+  // One task is run inline: waking a pool costs more than a small call.
+  if (plan.parallel_for == nullptr || tasks <= 1) {
     for (size_t t = 0; t < tasks; ++t) {
       plan.engine->run_task(p, t, base, workers_base);
     }

@@ -79,7 +79,8 @@ enum {
 typedef void (*qkv_task_fn)(void *arg, size_t task, size_t worker);
 /* The caller's thread pool: must run fn(arg, t, w) once for every t in
  * [0, num_tasks), in any order, on any workers w < num_workers, and return
- * when all have finished. Called at most once per qkv_attention_f32 call. */
+ * when all have finished. Called at most once per qkv_attention_f32 call
+ * (not at all when the call has a single task: that runs inline). */
 typedef void (*qkv_parallel_for_fn)(void *ctx, size_t num_tasks, qkv_task_fn fn,
                                     void *arg);
 

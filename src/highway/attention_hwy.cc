@@ -78,17 +78,35 @@ constexpr int64_t kRowPathMaxRows = 4;
 
 size_t Lanes() { return hn::Lanes(DF()); }
 
-// exp(x) for x <= 0 or -inf (the only arguments softmax has here), flushing
-// results below FLT_MIN (x < -87) to 0. Highway's Exp is accurate to 1 ulp
-// but produces subnormals (and handles -inf) through arithmetic that costs a
-// microcode assist per instruction on x86; clamping first keeps every
-// intermediate normal. The flushed terms are below 1e-38 of the row's largest
-// weight, far under the accuracy bound.
+// exp(x) for the arguments softmax has here: x <= 0, or -inf. Results below
+// FLT_MIN (x < -87) are flushed to 0: those terms are under 1e-38 of the
+// row's largest weight, far below the accuracy bound, and flushing keeps
+// every intermediate normal (x86 takes a microcode assist on subnormals).
+// Method: x = n ln2 + r with n = round(x / ln2) in [-126, 0] and
+// |r| <= ln2/2 (ln2 split in two parts so r is exact to ~1e-10), then
+// exp(r) by its Taylor series to degree 7 (truncation < 6e-9 relative) and
+// the exponent n put in directly. Max error 2 ulp on [-87, 0] (the tests hold
+// the whole kernel to 2e-5 on weights; the error here is ~1e-7).
 HWY_INLINE VF ExpNonPositive(VF x) {
   const DF df;
+  const DI di;
   const VF lowest = hn::Set(df, -87.0f);
-  return hn::IfThenZeroElse(hn::Lt(x, lowest),
-                            hn::Exp(df, hn::Max(x, lowest)));
+  const VF xc = hn::Max(x, lowest);
+  const auto n = hn::NearestInt(hn::Mul(xc, hn::Set(df, 1.44269504088896341f)));
+  const VF nf = hn::ConvertTo(df, n);
+  VF r = hn::MulAdd(nf, hn::Set(df, -0.693145751953125f), xc);
+  r = hn::MulAdd(nf, hn::Set(df, -1.428606765330187045e-6f), r);
+  VF poly = hn::Set(df, 1.0f / 5040.0f);
+  poly = hn::MulAdd(poly, r, hn::Set(df, 1.0f / 720.0f));
+  poly = hn::MulAdd(poly, r, hn::Set(df, 1.0f / 120.0f));
+  poly = hn::MulAdd(poly, r, hn::Set(df, 1.0f / 24.0f));
+  poly = hn::MulAdd(poly, r, hn::Set(df, 1.0f / 6.0f));
+  poly = hn::MulAdd(poly, r, hn::Set(df, 0.5f));
+  poly = hn::MulAdd(poly, r, hn::Set(df, 1.0f));
+  poly = hn::MulAdd(poly, r, hn::Set(df, 1.0f));
+  const VF scale =
+      hn::BitCast(df, hn::ShiftLeft<23>(hn::Add(n, hn::Set(di, 127))));
+  return hn::IfThenZeroElse(hn::Lt(x, lowest), hn::Mul(poly, scale));
 }
 size_t TileRows() { return 2 * Lanes(); }
 
@@ -414,6 +432,23 @@ void RunTile(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
   const int64_t d = op.dim, dv = p.value_dim, lk = p.kv_len;
 
   // Rows of the tile: flat index r0 + r over (query head in group, query).
+  // They are consecutive rows of q and out (the group's heads are adjacent),
+  // so a full tile is transposed into qt with gathers.
+  const bool gather_q = rows == static_cast<int64_t>(R) &&
+                        static_cast<int64_t>(R) * d < (int64_t{1} << 30);
+  if (gather_q) {
+    const float* q = op.q + ((b * p.q_heads + kvh * p.group) * p.q_len + r0) * d;
+    const auto idx = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(d)));
+    const VF scale = hn::Set(df, op.q_scale);
+    for (int64_t t = 0; t < d; ++t) {
+      hn::Store(hn::Mul(hn::GatherIndex(df, q + t, idx), scale), df,
+                tile.qt + t * R);
+      if (RV > 1) {
+        hn::Store(hn::Mul(hn::GatherIndex(df, q + N * d + t, idx), scale), df,
+                  tile.qt + t * R + N);
+      }
+    }
+  }
   int64_t min_limit = lk, max_limit = 0;
   for (size_t r = 0; r < R; ++r) {
     if (static_cast<int64_t>(r) < rows) {
@@ -426,8 +461,10 @@ void RunTile(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
       tile.bias[r] = BiasRow(p, b, h, i);
       min_limit = limit < min_limit ? limit : min_limit;
       max_limit = limit > max_limit ? limit : max_limit;
-      const float* q = op.q + tile.row[r] * d;
-      for (int64_t t = 0; t < d; ++t) tile.qt[t * R + r] = q[t] * op.q_scale;
+      if (!gather_q) {
+        const float* q = op.q + tile.row[r] * d;
+        for (int64_t t = 0; t < d; ++t) tile.qt[t * R + r] = q[t] * op.q_scale;
+      }
     } else {
       tile.limit[r] = 0;
       tile.bias[r] = nullptr;
@@ -514,9 +551,20 @@ void RunTile(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
     const bool seen = l > 0.0f;
     const float inv_l = seen ? 1.0f / l : 0.0f;
     float* out = p.out + tile.row[r] * dv;
-    for (int64_t c = 0; c < dv; ++c) {
-      out[c] = seen ? tile.ot[c * R + r] * inv_l : 0.0f;
+    // out[r][c] = ot[c][r] / l: gather a vector of columns at a time.
+    const auto col_idx =
+        hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(R)));
+    const VF v_inv_l = hn::Set(df, inv_l);
+    int64_t c = 0;
+    if (!seen) {
+      for (; c < dv; ++c) out[c] = 0.0f;
     }
+    for (; c + static_cast<int64_t>(N) <= dv; c += N) {
+      hn::StoreU(
+          hn::Mul(hn::GatherIndex(df, tile.ot + c * R + r, col_idx), v_inv_l),
+          df, out + c);
+    }
+    for (; c < dv; ++c) out[c] = tile.ot[c * R + r] * inv_l;
     if (p.lse != nullptr) {
       p.lse[tile.row[r]] = seen ? tile.m[r] + logf(l) : -INFINITY;
     }

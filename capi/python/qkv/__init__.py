@@ -1,0 +1,510 @@
+"""qkv for Python: attention through libqkv's C ABI, with ctypes and numpy.
+
+    import numpy as np, qkv
+    q = np.random.rand(2, 8, 16, 64).astype(np.float32)    # [B, H, Lq, D]
+    k = v = np.random.rand(2, 2, 16, 64).astype(np.float32) # [B, Hkv, Lk, D]
+    out, w = qkv.attention(q, k, v, causal=True, return_weights=True)
+    qkv.show_heatmaps(w[:, :2], xlabel="Keys", ylabel="Queries", path="w.png")
+
+No compiled extension: the package loads the shared library (libqkv.so.0)
+with ctypes, mirrors qkv_attention_desc as a ctypes.Structure, and passes
+numpy buffers. Where the library comes from, in order:
+
+  1. $QKV_LIBRARY, a path to the library (if set, only that one is tried);
+  2. next to this package and in the lib directories of the prefix it was
+     installed into (`cmake --install`), then a `build/` directory of the
+     source tree this package sits in;
+  3. ctypes.util.find_library("qkv") and the system loader (libqkv.so.0 on
+     LD_LIBRARY_PATH or in the ld.so cache).
+
+If none loads, importing qkv raises ImportError listing every place tried.
+`qkv.library_path` says which file was loaded.
+"""
+
+import ctypes
+import ctypes.util
+import math
+import os
+import sys
+import sysconfig
+
+import numpy as np
+
+__all__ = [
+    "QkvError",
+    "attention",
+    "backend",
+    "backends",
+    "library_path",
+    "show_heatmaps",
+    "version",
+]
+
+# The ABI this binding mirrors: qkv_attention_desc as of 0.1.
+_ABI_MAJOR = 0
+
+QKV_OK = 0
+QKV_ERR_INVALID_ARGUMENT = 1
+QKV_ERR_WORKSPACE_TOO_SMALL = 2
+QKV_ERR_UNSUPPORTED = 3
+
+_SCORES = {"dot": 0, "gaussian": 1, "additive": 2}
+_MASK_CAUSAL, _MASK_VALID_LENS, _MASK_BIAS = 1, 2, 4
+
+
+# --------------------------------------------------------------------------
+# Finding and loading the library
+# --------------------------------------------------------------------------
+
+def _library_names():
+    if sys.platform == "darwin":
+        return ["libqkv.0.dylib", "libqkv.dylib"]
+    if sys.platform == "win32":
+        return ["qkv.dll", "libqkv.dll"]
+    return ["libqkv.so.0", "libqkv.so"]
+
+
+def _search_dirs():
+    """Directories that may hold the library, best first, without repeats."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    dirs = [here]
+    # `cmake --install` writes _install_paths.py with the library directory
+    # relative to this package, so an installed (even relocated) prefix is
+    # found exactly.
+    try:
+        from . import _install_paths  # generated at install time
+
+        dirs.append(os.path.normpath(os.path.join(here, _install_paths.LIBDIR_FROM_PACKAGE)))
+    except ImportError:
+        pass
+    parent = os.path.dirname(here)
+    if os.path.basename(parent) in ("dist-packages", "site-packages"):
+        # Installed some other way: PREFIX/LIBDIR/python3.X/dist-packages/qkv.
+        libdir = os.path.dirname(parent)
+        if os.path.basename(libdir).startswith("python"):
+            libdir = os.path.dirname(libdir)
+        prefix = os.path.dirname(libdir)
+        if os.path.basename(prefix) == "lib":  # LIBDIR = lib/<multiarch>
+            prefix = os.path.dirname(prefix)
+        multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+        dirs += [libdir, os.path.join(prefix, "lib"), os.path.join(prefix, "lib64")]
+        if multiarch:
+            dirs.append(os.path.join(prefix, "lib", multiarch))
+    else:
+        # The source tree (capi/python/qkv): the README's build directory.
+        repo = os.path.dirname(os.path.dirname(os.path.dirname(here)))
+        if os.path.exists(os.path.join(repo, "include", "qkv", "qkv.h")):
+            dirs.append(os.path.join(repo, "build"))
+    seen, unique = set(), []
+    for d in dirs:
+        if d not in seen:
+            seen.add(d)
+            unique.append(d)
+    return unique
+
+
+def _load():
+    tried = []
+
+    def attempt(what):
+        try:
+            return ctypes.CDLL(what), what
+        except OSError as exc:
+            tried.append("%s (%s)" % (what, exc))
+            return None, None
+
+    env = os.environ.get("QKV_LIBRARY")
+    if env:
+        lib, path = attempt(env)
+        if lib is None:
+            raise ImportError(
+                "qkv: QKV_LIBRARY is set but cannot be loaded: %s. Unset it to "
+                "search the usual places, or point it at libqkv.so.0." % tried[0])
+        return lib, path
+    tried.append("$QKV_LIBRARY (not set)")
+    names = _library_names()
+    for d in _search_dirs():
+        paths = [os.path.join(d, n) for n in names if os.path.exists(os.path.join(d, n))]
+        if not paths:
+            tried.append("%s/{%s} (no such file)" % (d, ",".join(names)))
+        for path in paths:
+            lib, path = attempt(path)
+            if lib is not None:
+                return lib, path
+    found = ctypes.util.find_library("qkv")
+    if found:
+        lib, path = attempt(found)
+        if lib is not None:
+            return lib, path
+    else:
+        tried.append('ctypes.util.find_library("qkv") (found nothing)')
+    lib, path = attempt(names[0])  # the system loader: LD_LIBRARY_PATH, ld.so.cache
+    if lib is not None:
+        return lib, path
+    raise ImportError(
+        "qkv: cannot find the qkv shared library (%s). Build it "
+        "(cmake -S . -B build && cmake --build build) and set "
+        "QKV_LIBRARY=/path/to/%s, or install qkv with cmake --install. "
+        "Tried:\n  %s" % (names[0], names[0], "\n  ".join(tried)))
+
+
+class _Desc(ctypes.Structure):
+    """qkv_attention_desc (include/qkv/qkv.h), field for field."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("batch", ctypes.c_int64),
+        ("q_heads", ctypes.c_int64),
+        ("kv_heads", ctypes.c_int64),
+        ("q_len", ctypes.c_int64),
+        ("kv_len", ctypes.c_int64),
+        ("head_dim", ctypes.c_int64),
+        ("value_dim", ctypes.c_int64),
+        ("score", ctypes.c_int),  # enum qkv_score
+        ("scale", ctypes.c_float),
+        ("mask", ctypes.c_uint32),
+        ("valid_lens", ctypes.c_void_p),  # const int32_t *
+        ("valid_lens_per_query", ctypes.c_int32),
+        ("bias", ctypes.c_void_p),  # const float *
+        ("bias_batch_stride", ctypes.c_int64),
+        ("bias_head_stride", ctypes.c_int64),
+        ("additive_hidden", ctypes.c_int64),
+        ("additive_w_q", ctypes.c_void_p),
+        ("additive_w_k", ctypes.c_void_p),
+        ("additive_w_v", ctypes.c_void_p),
+        ("parallel_for", ctypes.c_void_p),
+        ("parallel_ctx", ctypes.c_void_p),
+        ("num_workers", ctypes.c_size_t),
+        # added in 0.1 beyond the fixed contract
+        ("backend", ctypes.c_char_p),
+    ]
+
+
+_lib, library_path = _load()
+
+
+def _bind(lib):
+    lib.qkv_version.argtypes = []
+    lib.qkv_version.restype = ctypes.c_uint32
+    lib.qkv_backend.argtypes = []
+    lib.qkv_backend.restype = ctypes.c_char_p
+    lib.qkv_status_string.argtypes = [ctypes.c_int]
+    lib.qkv_status_string.restype = ctypes.c_char_p
+    lib.qkv_backend_count.argtypes = []
+    lib.qkv_backend_count.restype = ctypes.c_size_t
+    lib.qkv_backend_name.argtypes = [ctypes.c_size_t]
+    lib.qkv_backend_name.restype = ctypes.c_char_p
+    lib.qkv_attention_workspace_size.argtypes = [ctypes.POINTER(_Desc)]
+    lib.qkv_attention_workspace_size.restype = ctypes.c_size_t
+    lib.qkv_attention_f32.argtypes = [ctypes.POINTER(_Desc)] + [ctypes.c_void_p] * 7 + [ctypes.c_size_t]
+    lib.qkv_attention_f32.restype = ctypes.c_int
+
+
+try:
+    _bind(_lib)
+except AttributeError as _exc:  # an old or foreign library
+    raise ImportError("qkv: %s does not export the qkv 0.1 API: %s" % (library_path, _exc))
+if (_lib.qkv_version() >> 16) != _ABI_MAJOR:
+    raise ImportError("qkv: %s is version %s; this binding needs %d.x"
+                      % (library_path, "%d.%d.%d" % (
+                          _lib.qkv_version() >> 16, (_lib.qkv_version() >> 8) & 255,
+                          _lib.qkv_version() & 255), _ABI_MAJOR))
+
+
+# --------------------------------------------------------------------------
+# Small queries
+# --------------------------------------------------------------------------
+
+def version():
+    """Version of the loaded library, "MAJOR.MINOR.PATCH" (qkv_version())."""
+    v = _lib.qkv_version()
+    return "%d.%d.%d" % (v >> 16, (v >> 8) & 255, v & 255)
+
+
+def backend():
+    """The backend the library uses by default, e.g. "highway:AVX3"."""
+    return _lib.qkv_backend().decode()
+
+
+def backends():
+    """Every backend this library has and this CPU runs, best first."""
+    return [_lib.qkv_backend_name(i).decode() for i in range(_lib.qkv_backend_count())]
+
+
+def status_string(status):
+    """qkv_status_string(status)."""
+    return _lib.qkv_status_string(int(status)).decode()
+
+
+class QkvError(RuntimeError):
+    """A call returned a status other than QKV_OK.
+
+    `status` is the qkv_status value; the message is qkv_status_string's.
+    """
+
+    def __init__(self, status, context=""):
+        self.status = int(status)
+        self.text = status_string(status)
+        msg = "%s (qkv_status %d)" % (self.text, self.status)
+        super().__init__("%s: %s" % (context, msg) if context else msg)
+
+
+__version__ = version()
+
+
+# --------------------------------------------------------------------------
+# attention()
+# --------------------------------------------------------------------------
+
+def _as_f32(name, x):
+    a = np.asarray(x)
+    if a.dtype.kind not in "fiub":
+        raise TypeError("%s must hold real numbers, got dtype %s" % (name, a.dtype))
+    # float64, other dtypes and any strides (transposed, sliced, reversed)
+    # become a dense float32 copy; dense float32 passes through.
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def _ptr(a):
+    return None if a is None else a.ctypes.data
+
+
+def _bias_layout(bias, batch, heads, lq, lk):
+    """(array, batch_stride, head_stride) for bias broadcast to [B, H, Lq, Lk].
+
+    The C API reads row i of a dense [Lq][Lk] block at
+    bias + b*batch_stride + h*head_stride. Dims of size 1 become stride 0
+    (no copy); a float32 array whose [Lq, Lk] block is dense is used in
+    place with its own batch and head strides; anything else is materialized,
+    only over the dims that really vary.
+    """
+    b = np.asarray(bias)
+    if b.dtype.kind not in "fiub":
+        raise TypeError("bias must hold real numbers, got dtype %s" % b.dtype)
+    target = (batch, heads, lq, lk)
+    if b.ndim > 4:
+        raise ValueError("bias has %d dims; it must broadcast to [B, H, Lq, Lk] = %s"
+                         % (b.ndim, list(target)))
+    b = b.reshape((1,) * (4 - b.ndim) + b.shape)
+    for axis, (have, want) in enumerate(zip(b.shape, target)):
+        if have != want and have != 1:
+            raise ValueError("bias shape %s does not broadcast to [B, H, Lq, Lk] = %s "
+                             "(dim %d is %d, needs 1 or %d)"
+                             % (list(np.shape(bias)), list(target), axis, have, want))
+    item = 4
+    if (b.dtype == np.float32 and b.shape[2:] == (lq, lk)
+            and (lk == 1 or b.strides[3] == item)
+            and (lq == 1 or b.strides[2] == lk * item)
+            and all(s >= 0 and s % item == 0 for s in b.strides[:2])):
+        bs = 0 if b.shape[0] == 1 else b.strides[0] // item
+        hs = 0 if b.shape[1] == 1 else b.strides[1] // item
+        # A view may start anywhere; the pointer is its first element.
+        return b, bs, hs
+    dense = np.ascontiguousarray(
+        np.broadcast_to(b.astype(np.float32, copy=False), (b.shape[0], b.shape[1], lq, lk)))
+    bs = 0 if dense.shape[0] == 1 else dense.strides[0] // item
+    hs = 0 if dense.shape[1] == 1 else dense.strides[1] // item
+    return dense, bs, hs
+
+
+def _valid_lens(valid_lens, batch, lq, lk):
+    a = np.asarray(valid_lens)
+    if a.dtype.kind == "f":
+        if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
+            raise ValueError("valid_lens must be whole numbers")
+    elif a.dtype.kind not in "iub":
+        raise TypeError("valid_lens must hold integers, got dtype %s" % a.dtype)
+    if a.ndim == 0:
+        a = np.full((batch,), a)
+    if a.shape == (batch,):
+        per_query = 0
+    elif a.shape == (batch, lq):
+        per_query = 1
+    else:
+        raise ValueError("valid_lens shape %s must be [B] = [%d] or [B, Lq] = [%d, %d]"
+                         % (list(a.shape), batch, batch, lq))
+    if a.size and (a.min() < 0 or a.max() > lk):
+        raise ValueError("valid_lens must lie in [0, Lk] = [0, %d], got values in [%d, %d]"
+                         % (lk, a.min(), a.max()))
+    return np.ascontiguousarray(a, dtype=np.int32), per_query
+
+
+def attention(q, k, v, *, scale=None, causal=False, valid_lens=None, bias=None,
+              score="dot", additive=None, return_weights=False, backend=None):
+    """softmax(a(q, k) + mask) v with libqkv (qkv_attention_f32).
+
+    q: [Lq, D], [H, Lq, D] or [B, H, Lq, D]; k: the same rank with Hkv kv
+    heads ([Lk, D], [Hkv, Lk, D], [B, Hkv, Lk, D]) where Hkv divides H (query
+    head h reads kv head h // (H // Hkv)); v: like k with its own last dim Dv.
+
+    scale: None means 1/sqrt(D) (as qkv_attention_desc_init); 0 gives uniform
+        weights. For score="gaussian" Nadaraya-Watson uses scale=0.5.
+    causal: bottom-right aligned, query i sees key j iff j <= i + Lk - Lq.
+    valid_lens: [B] or [B, Lq] integers in [0, Lk]: key j visible iff
+        j < valid length (a scalar is taken for every batch).
+    bias: anything that broadcasts to [B, H, Lq, Lk] (-inf hides a key);
+        broadcast dims cost no copy when the [Lq, Lk] block is dense float32.
+    score: "dot" (scale * q.k), "gaussian" (-scale * |q - k|^2) or
+        "additive" (w_v . tanh(W_q q + W_k k)) with additive=(W_q, W_k, w_v),
+        W_q and W_k [hidden, D], w_v [hidden].
+    backend: None for the default (qkv.backend()), or a name from
+        qkv.backends() to force one.
+
+    Returns out, shaped like q with the last dim Dv, or (out, weights) with
+    weights shaped like q with the last dim Lk when return_weights. Input
+    of any real dtype and any strides is converted to dense float32. A bad
+    shape raises ValueError naming it; a status other than QKV_OK raises
+    QkvError with qkv_status_string's text.
+    """
+    q = _as_f32("q", q)
+    k = _as_f32("k", k)
+    v = _as_f32("v", v)
+    if q.ndim not in (2, 3, 4):
+        raise ValueError("q must be [Lq, D], [H, Lq, D] or [B, H, Lq, D]; got %d dims %s"
+                         % (q.ndim, list(q.shape)))
+    for name, a in (("k", k), ("v", v)):
+        if a.ndim != q.ndim:
+            raise ValueError("%s has %d dims %s but q has %d %s: k and v need q's rank"
+                             % (name, a.ndim, list(a.shape), q.ndim, list(q.shape)))
+    q4 = q.reshape((1,) * (4 - q.ndim) + q.shape)
+    k4 = k.reshape((1,) * (4 - k.ndim) + k.shape)
+    v4 = v.reshape((1,) * (4 - v.ndim) + v.shape)
+    batch, heads, lq, d = q4.shape
+    _, kv_heads, lk, _ = k4.shape
+    dv = v4.shape[3]
+    if 0 in q.shape or 0 in k.shape or 0 in v.shape:
+        raise ValueError("empty dimension: q %s, k %s, v %s (every size must be >= 1)"
+                         % (list(q.shape), list(k.shape), list(v.shape)))
+    if k4.shape[0] != batch or v4.shape[0] != batch:
+        raise ValueError("batch mismatch: q has B=%d, k %d, v %d"
+                         % (batch, k4.shape[0], v4.shape[0]))
+    if v4.shape[1] != kv_heads:
+        raise ValueError("kv heads mismatch: k has %d heads, v has %d" % (kv_heads, v4.shape[1]))
+    if heads % kv_heads != 0:
+        raise ValueError("q has %d heads, k and v %d: the kv heads must divide the q heads"
+                         % (heads, kv_heads))
+    if v4.shape[2] != lk:
+        raise ValueError("k has Lk=%d keys but v has %d values" % (lk, v4.shape[2]))
+    if k4.shape[3] != d:
+        raise ValueError("head dim mismatch: q has D=%d, k has %d" % (d, k4.shape[3]))
+
+    score_key = score.lower() if isinstance(score, str) else score
+    if score_key not in _SCORES:
+        raise ValueError('score must be "dot", "gaussian" or "additive", got %r' % (score,))
+
+    desc = _Desc()
+    desc.struct_size = ctypes.sizeof(_Desc)
+    desc.batch, desc.q_heads, desc.kv_heads = batch, heads, kv_heads
+    desc.q_len, desc.kv_len, desc.head_dim, desc.value_dim = lq, lk, d, dv
+    desc.score = _SCORES[score_key]
+    desc.scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    keep = []  # arrays the descriptor points into, alive until the call returns
+    if causal:
+        desc.mask |= _MASK_CAUSAL
+    if valid_lens is not None:
+        vl, per_query = _valid_lens(valid_lens, batch, lq, lk)
+        keep.append(vl)
+        desc.mask |= _MASK_VALID_LENS
+        desc.valid_lens = _ptr(vl)
+        desc.valid_lens_per_query = per_query
+    if bias is not None:
+        b, bs, hs = _bias_layout(bias, batch, heads, lq, lk)
+        keep.append(b)
+        desc.mask |= _MASK_BIAS
+        desc.bias = _ptr(b)
+        desc.bias_batch_stride, desc.bias_head_stride = bs, hs
+    if score_key == "additive":
+        if additive is None or len(additive) != 3:
+            raise ValueError('score="additive" needs additive=(W_q, W_k, w_v)')
+        w_q, w_k, w_v = (_as_f32(n, a) for n, a in zip(("W_q", "W_k", "w_v"), additive))
+        hidden = w_v.shape[0] if w_v.ndim == 1 else -1
+        if hidden < 1:
+            raise ValueError("w_v must be [hidden] with hidden >= 1, got %s" % list(w_v.shape))
+        for n, w in (("W_q", w_q), ("W_k", w_k)):
+            if w.shape != (hidden, d):
+                raise ValueError("%s must be [hidden, D] = [%d, %d], got %s"
+                                 % (n, hidden, d, list(w.shape)))
+        keep += [w_q, w_k, w_v]
+        desc.additive_hidden = hidden
+        desc.additive_w_q, desc.additive_w_k, desc.additive_w_v = _ptr(w_q), _ptr(w_k), _ptr(w_v)
+    elif additive is not None:
+        raise ValueError('additive=(W_q, W_k, w_v) is only used with score="additive", '
+                         "not %r" % (score,))
+    if backend is not None:
+        name = backend.encode() if isinstance(backend, str) else bytes(backend)
+        keep.append(name)
+        desc.backend = name
+
+    out = np.empty(q.shape[:-1] + (dv,), dtype=np.float32)
+    weights = np.empty(q.shape[:-1] + (lk,), dtype=np.float32) if return_weights else None
+    nbytes = _lib.qkv_attention_workspace_size(ctypes.byref(desc))
+    workspace = np.empty(nbytes, dtype=np.uint8) if nbytes else None
+    status = _lib.qkv_attention_f32(ctypes.byref(desc), _ptr(q), _ptr(k), _ptr(v), _ptr(out),
+                                    _ptr(weights), None, _ptr(workspace), nbytes)
+    del keep
+    if status != QKV_OK:
+        raise QkvError(status, "qkv_attention_f32")
+    return (out, weights) if return_weights else out
+
+
+# --------------------------------------------------------------------------
+# show_heatmaps()
+# --------------------------------------------------------------------------
+
+def show_heatmaps(matrices, xlabel, ylabel, titles=None, figsize=(2.5, 2.5), cmap="Reds",
+                  path=None):
+    """Heatmaps of attention weights, the d2l diagnostic (queries x keys).
+
+    matrices: [rows, cols, Lq, Lk] (also [cols, Lq, Lk] for one row, or
+    [Lq, Lk]); a grid of rows x cols panels sharing their axes, one colorbar
+    for all on a common color scale, xlabel under the bottom row, ylabel on
+    the left column, titles[j] over column j. With path, the figure is saved
+    there (PNG, SVG, PDF by the extension) with the Agg renderer, no display
+    needed; without it, pyplot shows it. Returns the matplotlib Figure.
+    """
+    m = np.asarray(matrices, dtype=np.float64)
+    if m.ndim == 2:
+        m = m[None, None]
+    elif m.ndim == 3:
+        m = m[None]
+    if m.ndim != 4:
+        raise ValueError("matrices must be [rows, cols, Lq, Lk], got %d dims" % np.ndim(matrices))
+    num_rows, num_cols = m.shape[:2]
+    if titles is not None and len(titles) < num_cols:
+        raise ValueError("titles has %d entries for %d columns" % (len(titles), num_cols))
+    finite = m[np.isfinite(m)]
+    vmin = float(finite.min()) if finite.size else 0.0
+    vmax = float(finite.max()) if finite.size else 1.0
+    if path is None:
+        import matplotlib.pyplot as plt
+
+        fig = plt.figure(figsize=figsize)
+    else:
+        # A bare Figure draws with Agg (or the SVG/PDF backends by extension)
+        # and leaves pyplot's global state and the display alone.
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=figsize)
+    axes = fig.subplots(num_rows, num_cols, sharex=True, sharey=True, squeeze=False)
+    from matplotlib.ticker import MaxNLocator
+
+    pcm = None
+    for i, (row_axes, row_matrices) in enumerate(zip(axes, m)):
+        for j, (ax, matrix) in enumerate(zip(row_axes, row_matrices)):
+            pcm = ax.imshow(matrix, cmap=cmap, vmin=vmin, vmax=vmax)
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))  # rows and
+            ax.yaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))  # columns
+            if i == num_rows - 1:
+                ax.set_xlabel(xlabel)
+            if j == 0:
+                ax.set_ylabel(ylabel)
+            if titles:
+                ax.set_title(titles[j])
+    fig.colorbar(pcm, ax=axes.ravel().tolist(), shrink=0.6)
+    if path is None:
+        import matplotlib.pyplot as plt
+
+        plt.show()
+    else:
+        fig.savefig(os.fspath(path), dpi=150, bbox_inches="tight")
+    return fig
