@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "tiling.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 
@@ -67,16 +68,8 @@ using DF = hn::ScalableTag<float>;
 using DI = hn::RebindToSigned<DF>;
 using VF = hn::Vec<DF>;
 
-// Keys per online-softmax block: the score tile st is kBlockKeys x R floats
-// (8 KiB with R = 32), which stays in L1 next to the packed queries.
-constexpr int64_t kBlockKeys = 64;
-
-// A (batch, kv head) with at most this many query rows (GQA group x q_len)
-// takes the row path: decoding is memory-bound, and reading each K and V
-// row once, contiguously, beats filling lanes with rows that are not there.
-constexpr int64_t kRowPathMaxRows = 4;
-
 size_t Lanes() { return hn::Lanes(DF()); }
+size_t TileRows() { return 2 * Lanes(); }
 
 // exp(x) for the arguments softmax has here: x <= 0, or -inf. Results below
 // FLT_MIN (x < -87) are flushed to 0: those terms are under 1e-38 of the
@@ -108,70 +101,6 @@ HWY_INLINE VF ExpNonPositive(VF x) {
       hn::BitCast(df, hn::ShiftLeft<23>(hn::Add(n, hn::Set(di, 127))));
   return hn::IfThenZeroElse(hn::Lt(x, lowest), hn::Mul(poly, scale));
 }
-size_t TileRows() { return 2 * Lanes(); }
-
-// Workspace of one worker, all regions 64-byte aligned.
-struct Tile {
-  float* qt;            // [head_dim][R] queries, transposed, pre-scaled
-  float* st;            // [kBlockKeys][R] scores, then probabilities
-  float* ot;            // [value_dim][R] unnormalized output, transposed
-  float* m;             // [R] final running max
-  float* inv_l;         // [R] 1 / sum
-  float* sum;           // [R] sum
-  float* tail;          // [Lanes] scratch for partial vectors
-  int32_t* limit;       // [R] visible keys per row (0 for padding lanes)
-  int64_t* row;         // [R] flat row index into out / weights / lse
-  const float** bias;   // [R] bias row or NULL
-  // Row path (few rows per kv head, e.g. decoding): keys in lanes.
-  float* q_rows;        // [kRowPathMaxRows][head_dim] pre-scaled queries
-  float* o_rows;        // [kRowPathMaxRows][value_dim] unnormalized output
-  float* s_row;         // [kBlockKeys + Lanes] scores of one row
-};
-
-// Length of the vectors a score compares: head_dim, or additive_hidden.
-int64_t ScoreDim(const Problem& p) {
-  return p.score == QKV_SCORE_ADDITIVE ? p.additive_hidden : p.head_dim;
-}
-
-size_t LayoutTile(const Problem& p, unsigned char* base, Tile* tile) {
-  const size_t r = TileRows();
-  size_t offset = 0;
-  auto take = [&](size_t bytes) {
-    unsigned char* at = base ? base + offset : nullptr;
-    offset += AlignUp(bytes);
-    return at;
-  };
-  unsigned char* qt = take(static_cast<size_t>(ScoreDim(p)) * r * 4);
-  unsigned char* st = take(static_cast<size_t>(kBlockKeys) * r * 4);
-  unsigned char* ot = take(static_cast<size_t>(p.value_dim) * r * 4);
-  unsigned char* m = take(r * 4);
-  unsigned char* inv_l = take(r * 4);
-  unsigned char* sum = take(r * 4);
-  unsigned char* tail = take(Lanes() * 4);
-  unsigned char* limit = take(r * 4);
-  unsigned char* row = take(r * 8);
-  unsigned char* bias = take(r * sizeof(const float*));
-  unsigned char* q_rows = take(kRowPathMaxRows * ScoreDim(p) * 4);
-  unsigned char* o_rows = take(kRowPathMaxRows * p.value_dim * 4);
-  unsigned char* s_row = take((kBlockKeys + Lanes()) * 4);
-  if (tile != nullptr) {
-    tile->qt = reinterpret_cast<float*>(qt);
-    tile->st = reinterpret_cast<float*>(st);
-    tile->ot = reinterpret_cast<float*>(ot);
-    tile->m = reinterpret_cast<float*>(m);
-    tile->inv_l = reinterpret_cast<float*>(inv_l);
-    tile->sum = reinterpret_cast<float*>(sum);
-    tile->tail = reinterpret_cast<float*>(tail);
-    tile->limit = reinterpret_cast<int32_t*>(limit);
-    tile->row = reinterpret_cast<int64_t*>(row);
-    tile->bias = reinterpret_cast<const float**>(bias);
-    tile->q_rows = reinterpret_cast<float*>(q_rows);
-    tile->o_rows = reinterpret_cast<float*>(o_rows);
-    tile->s_row = reinterpret_cast<float*>(s_row);
-  }
-  return offset;
-}
-
 // Register tiles: kUnroll keys (scores) or value columns (output) times RV
 // row vectors. Targets with 32 vector registers (AVX-512, NEON, SVE) keep 16
 // accumulators in flight, enough to hide FMA latency on two FMA ports; the
@@ -185,10 +114,6 @@ constexpr int kUnroll = 4;
 // Accumulators are named variables, not arrays: SVE vectors are sizeless and
 // cannot live in arrays. Lanes u >= U of an unroll are compiled away.
 #define QKV_UNROLL8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
-
-// Score kinds. For kAdditive the "queries" and "keys" a kernel sees are the
-// projections W_q q and W_k k (dimension additive_hidden) made by Prepare.
-enum Kind { kDot, kGaussian, kAdditive };
 
 // st[j][*] for keys j < U of the block starting at k. RV row vectors
 // (R = RV * N lanes); Gaussian scores are finished by the factor -scale.
@@ -263,47 +188,6 @@ HWY_INLINE void Scores(const float* HWY_RESTRICT qt, size_t R,
                             st + j * R);
   }
 }
-
-// What the score kernels of one (batch, kv head) read.
-struct Operands {
-  const float* q;  // query rows (row index * dim), pre-scaling not applied
-  const float* k;  // the kv head's keys, kv_len rows of dim
-  int64_t dim;     // head_dim, or additive_hidden for kAdditive
-  float q_scale;   // applied when packing queries (DOT folds scale in here)
-  float finish;    // applied to finished scores (GAUSSIAN: -scale)
-  int kind;
-};
-
-// Additive scores read projections: [B][Hkv][Lk][hidden] keys, then
-// [B][Hq][Lq][hidden] queries, at the start of the shared workspace.
-size_t ProjectedKeysBytes(const Problem& p) {
-  return AlignUp(static_cast<size_t>(p.batch * p.kv_heads * p.kv_len *
-                                     p.additive_hidden) * sizeof(float));
-}
-
-Operands OperandsFor(const Problem& p, const unsigned char* shared, int64_t b,
-                     int64_t kvh) {
-  Operands o;
-  if (p.score == QKV_SCORE_ADDITIVE) {
-    const float* keys = reinterpret_cast<const float*>(shared);
-    o.q = reinterpret_cast<const float*>(shared + ProjectedKeysBytes(p));
-    o.k = keys + (b * p.kv_heads + kvh) * p.kv_len * p.additive_hidden;
-    o.dim = p.additive_hidden;
-    o.q_scale = 1.0f;
-    o.finish = 1.0f;
-    o.kind = kAdditive;
-  } else {
-    o.q = p.q;
-    o.k = p.k + (b * p.kv_heads + kvh) * p.kv_len * p.head_dim;
-    o.dim = p.head_dim;
-    const bool gaussian = p.score == QKV_SCORE_GAUSSIAN;
-    o.q_scale = gaussian ? 1.0f : p.scale;
-    o.finish = gaussian ? -p.scale : 1.0f;
-    o.kind = gaussian ? kGaussian : kDot;
-  }
-  return o;
-}
-
 
 // ot[c][*] = ot[c][*] * alpha + sum_{j < nb} pt[j][*] * v[j][c] for the U
 // value columns starting at c = 0 of v and ot.
@@ -449,30 +333,9 @@ void RunTile(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
       }
     }
   }
-  int64_t min_limit = lk, max_limit = 0;
-  for (size_t r = 0; r < R; ++r) {
-    if (static_cast<int64_t>(r) < rows) {
-      const int64_t rr = r0 + static_cast<int64_t>(r);
-      const int64_t h = kvh * p.group + rr / p.q_len;
-      const int64_t i = rr % p.q_len;
-      const int64_t limit = VisibleKeys(p, b, i);
-      tile.row[r] = (b * p.q_heads + h) * p.q_len + i;
-      tile.limit[r] = static_cast<int32_t>(limit);
-      tile.bias[r] = BiasRow(p, b, h, i);
-      min_limit = limit < min_limit ? limit : min_limit;
-      max_limit = limit > max_limit ? limit : max_limit;
-      if (!gather_q) {
-        const float* q = op.q + tile.row[r] * d;
-        for (int64_t t = 0; t < d; ++t) tile.qt[t * R + r] = q[t] * op.q_scale;
-      }
-    } else {
-      tile.limit[r] = 0;
-      tile.bias[r] = nullptr;
-      for (int64_t t = 0; t < d; ++t) tile.qt[t * R + r] = 0.0f;
-    }
-  }
-  // Padding lanes (rows >= rows) have limit 0 and are never written out, so
-  // min_limit is over real rows only: their scores need no mask.
+  int64_t min_limit, max_limit;
+  SetUpTileRows(p, b, kvh, r0, rows, R, tile, &min_limit, &max_limit);
+  if (!gather_q) PackQueriesScalar(op, rows, R, tile);
   for (int64_t c = 0; c < dv; ++c) {
     for (size_t r = 0; r < R; ++r) tile.ot[c * R + r] = 0.0f;
   }
@@ -497,14 +360,7 @@ void RunTile(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
       Scores<RV, kDot>(tile.qt, R, k + j0 * d, d, nb, 1.0f, p.w_v, st);
     }
     if (p.bias != nullptr) {
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* bias = tile.bias[r] + j0;
-        for (int64_t j = 0; j < nb; ++j) {
-          // -inf hides the key whatever its score (even NaN from a bad key).
-          float& s = st[j * R + r];
-          s = bias[j] == -INFINITY ? -INFINITY : s + bias[j];
-        }
-      }
+      for (int64_t r = 0; r < rows; ++r) AddBias(tile.bias[r], j0, nb, R, st + r);
     }
     const bool hides = j0 + nb > min_limit;
     if (hides) {  // some row's limit falls inside this block
@@ -738,21 +594,7 @@ void RowOutput(const float* HWY_RESTRICT pr, const float* HWY_RESTRICT v,
 void RunRows(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
              int64_t rows, const Tile& tile) {
   const int64_t d = op.dim, dv = p.value_dim, lk = p.kv_len;
-  int64_t max_limit = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t h = kvh * p.group + r / p.q_len;
-    const int64_t i = r % p.q_len;
-    tile.row[r] = (b * p.q_heads + h) * p.q_len + i;
-    const int64_t limit = VisibleKeys(p, b, i);
-    tile.limit[r] = static_cast<int32_t>(limit);
-    tile.bias[r] = BiasRow(p, b, h, i);
-    tile.m[r] = -INFINITY;
-    tile.sum[r] = 0.0f;
-    max_limit = limit > max_limit ? limit : max_limit;
-    const float* q = op.q + tile.row[r] * d;
-    for (int64_t t = 0; t < d; ++t) tile.q_rows[r * d + t] = q[t] * op.q_scale;
-    for (int64_t c = 0; c < dv; ++c) tile.o_rows[r * dv + c] = 0.0f;
-  }
+  const int64_t max_limit = SetUpRowPath(p, op, b, kvh, rows, tile);
   const float* k = op.k;
   const float* v = p.v + (b * p.kv_heads + kvh) * lk * dv;
   float* st = tile.s_row;
@@ -771,12 +613,7 @@ void RunRows(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
       } else {
         RowScores<kDot>(qr, k + j0 * d, d, nb, 1.0f, p.w_v, st);
       }
-      if (tile.bias[r] != nullptr) {
-        const float* bias = tile.bias[r] + j0;
-        for (int64_t j = 0; j < nb; ++j) {
-          st[j] = bias[j] == -INFINITY ? -INFINITY : st[j] + bias[j];
-        }
-      }
+      if (tile.bias[r] != nullptr) AddBias(tile.bias[r], j0, nb, 1, st);
       if (p.weights != nullptr) {
         memcpy(p.weights + tile.row[r] * lk + j0, st, nb * sizeof(float));
       }
@@ -808,24 +645,7 @@ void RunRows(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
   }
 }
 
-bool UsesRowPath(const Problem& p) {
-  return p.group * p.q_len <= kRowPathMaxRows;
-}
-
-int64_t TilesPerHead(const Problem& p) {
-  if (UsesRowPath(p)) return 1;
-  const int64_t r = static_cast<int64_t>(TileRows());
-  return (p.group * p.q_len + r - 1) / r;
-}
-
 bool Supports(const Problem&) { return true; }
-
-size_t SharedWorkspace(const Problem& p) {
-  if (p.score != QKV_SCORE_ADDITIVE) return 0;
-  return ProjectedKeysBytes(p) +
-         AlignUp(static_cast<size_t>(p.batch * p.q_heads * p.q_len *
-                                     p.additive_hidden) * sizeof(float));
-}
 
 // Additive scores: project every key (W_k k) and query (W_q q) once per call.
 void Prepare(const Problem& p, unsigned char* shared) {
@@ -845,35 +665,24 @@ void Prepare(const Problem& p, unsigned char* shared) {
   }
 }
 
-size_t NumTasks(const Problem& p) {
-  return static_cast<size_t>(p.batch * p.kv_heads * TilesPerHead(p));
-}
+size_t NumTasks(const Problem& p) { return NumTileTasks(p, TileRows()); }
 
 size_t WorkspacePerWorker(const Problem& p) {
-  return LayoutTile(p, nullptr, nullptr);
+  return LayoutTile(p, Lanes(), nullptr, nullptr);
 }
 
 void RunTask(const Problem& p, size_t task, const unsigned char* shared,
              unsigned char* workspace) {
   Tile tile;
-  LayoutTile(p, workspace, &tile);
-  const int64_t tiles = TilesPerHead(p);
-  const int64_t t = static_cast<int64_t>(task);
-  const int64_t bkv = t / tiles;
-  const int64_t b = bkv / p.kv_heads, kvh = bkv % p.kv_heads;
-  const Operands op = OperandsFor(p, shared, b, kvh);
-  if (UsesRowPath(p)) {
-    RunRows(p, op, b, kvh, p.group * p.q_len, tile);
-    return;
-  }
-  const int64_t r_tile = static_cast<int64_t>(TileRows());
-  const int64_t r0 = (t % tiles) * r_tile;
-  const int64_t remaining = p.group * p.q_len - r0;
-  const int64_t rows = remaining < r_tile ? remaining : r_tile;
-  if (rows <= static_cast<int64_t>(Lanes())) {
-    RunTile<1>(p, op, b, kvh, r0, rows, tile);
+  LayoutTile(p, Lanes(), workspace, &tile);
+  const TileTask t = TileTaskAt(p, task, TileRows());
+  const Operands op = OperandsFor(p, shared, t.b, t.kvh);
+  if (t.row_path) {
+    RunRows(p, op, t.b, t.kvh, t.rows, tile);
+  } else if (t.rows <= static_cast<int64_t>(Lanes())) {
+    RunTile<1>(p, op, t.b, t.kvh, t.r0, t.rows, tile);
   } else {
-    RunTile<2>(p, op, b, kvh, r0, rows, tile);
+    RunTile<2>(p, op, t.b, t.kvh, t.r0, t.rows, tile);
   }
 }
 

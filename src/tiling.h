@@ -1,0 +1,278 @@
+// The part of the FlashAttention-style SIMD engines that is not SIMD: how a
+// call is split into tasks, what each task's rows and key limits are, what
+// the score kernels read (raw or projected queries and keys), and the layout
+// of a worker's workspace. Every SIMD engine (src/highway/, src/xsimd/) uses
+// this, so they split work, mask and lay out memory identically and differ
+// only in their vector code.
+//
+// A task owns the query rows of one (batch, kv head): the rows of every query
+// head of its GQA group, flattened as (head in group, query). Those rows are
+// consecutive in q and out (the group's heads are adjacent), R = 2 * lanes of
+// them per "tile" task, lanes holding rows. A (batch, kv head) with at most
+// kRowPathMaxRows rows (decoding) is one "row path" task instead, keys in
+// lanes.
+#ifndef QKV_SRC_TILING_H_
+#define QKV_SRC_TILING_H_
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine.h"
+
+namespace qkv {
+
+// Keys per online-softmax block: the score tile is kBlockKeys x R floats
+// (8 KiB with R = 32), which stays in L1 next to the packed queries.
+constexpr int64_t kBlockKeys = 64;
+
+// A (batch, kv head) with at most this many query rows (GQA group x q_len)
+// takes the row path: decoding is memory-bound, and reading each K and V row
+// once, contiguously, beats filling lanes with rows that are not there.
+constexpr int64_t kRowPathMaxRows = 4;
+
+// Score kinds. For kAdditive the "queries" and "keys" a kernel sees are the
+// projections W_q q and W_k k (dimension additive_hidden) made by Prepare.
+enum Kind { kDot, kGaussian, kAdditive };
+
+// Length of the vectors a score compares: head_dim, or additive_hidden.
+inline int64_t ScoreDim(const Problem& p) {
+  return p.score == QKV_SCORE_ADDITIVE ? p.additive_hidden : p.head_dim;
+}
+
+// What the score kernels of one (batch, kv head) read.
+struct Operands {
+  const float* q;  // query rows (flat row index * dim), not yet scaled
+  const float* k;  // the kv head's keys, kv_len rows of dim
+  int64_t dim;     // head_dim, or additive_hidden for kAdditive
+  float q_scale;   // applied when packing queries (DOT folds scale in here)
+  float finish;    // applied to finished scores (GAUSSIAN: -scale)
+  int kind;
+};
+
+// Additive scores read projections made once per call: [B][Hkv][Lk][hidden]
+// keys, then [B][Hq][Lq][hidden] queries, in the shared workspace.
+inline size_t ProjectedKeysBytes(const Problem& p) {
+  return AlignUp(static_cast<size_t>(p.batch * p.kv_heads * p.kv_len *
+                                     p.additive_hidden) *
+                 sizeof(float));
+}
+
+inline size_t SharedWorkspace(const Problem& p) {
+  if (p.score != QKV_SCORE_ADDITIVE) return 0;
+  return ProjectedKeysBytes(p) +
+         AlignUp(static_cast<size_t>(p.batch * p.q_heads * p.q_len *
+                                     p.additive_hidden) *
+                 sizeof(float));
+}
+
+inline Operands OperandsFor(const Problem& p, const unsigned char* shared,
+                            int64_t b, int64_t kvh) {
+  Operands o;
+  if (p.score == QKV_SCORE_ADDITIVE) {
+    const float* keys = reinterpret_cast<const float*>(shared);
+    o.q = reinterpret_cast<const float*>(shared + ProjectedKeysBytes(p));
+    o.k = keys + (b * p.kv_heads + kvh) * p.kv_len * p.additive_hidden;
+    o.dim = p.additive_hidden;
+    o.q_scale = 1.0f;
+    o.finish = 1.0f;
+    o.kind = kAdditive;
+  } else {
+    o.q = p.q;
+    o.k = p.k + (b * p.kv_heads + kvh) * p.kv_len * p.head_dim;
+    o.dim = p.head_dim;
+    const bool gaussian = p.score == QKV_SCORE_GAUSSIAN;
+    o.q_scale = gaussian ? 1.0f : p.scale;
+    o.finish = gaussian ? -p.scale : 1.0f;
+    o.kind = gaussian ? kGaussian : kDot;
+  }
+  return o;
+}
+
+// ---------------------------------------------------------------- tasks
+
+inline bool UsesRowPath(const Problem& p) {
+  return p.group * p.q_len <= kRowPathMaxRows;
+}
+
+inline int64_t TilesPerHead(const Problem& p, size_t tile_rows) {
+  if (UsesRowPath(p)) return 1;
+  const int64_t r = static_cast<int64_t>(tile_rows);
+  return (p.group * p.q_len + r - 1) / r;
+}
+
+// The split depends on the Problem and the engine's tile size only, never on
+// the number of workers: results are bitwise identical for any schedule.
+inline size_t NumTileTasks(const Problem& p, size_t tile_rows) {
+  return static_cast<size_t>(p.batch * p.kv_heads *
+                             TilesPerHead(p, tile_rows));
+}
+
+struct TileTask {
+  int64_t b, kvh;
+  int64_t r0, rows;  // flat rows [r0, r0 + rows) of the (b, kvh) group
+  bool row_path;
+};
+
+inline TileTask TileTaskAt(const Problem& p, size_t task, size_t tile_rows) {
+  const int64_t tiles = TilesPerHead(p, tile_rows);
+  const int64_t t = static_cast<int64_t>(task);
+  const int64_t bkv = t / tiles;
+  TileTask r;
+  r.b = bkv / p.kv_heads;
+  r.kvh = bkv % p.kv_heads;
+  r.row_path = UsesRowPath(p);
+  const int64_t total = p.group * p.q_len;
+  const int64_t size = r.row_path ? total : static_cast<int64_t>(tile_rows);
+  r.r0 = (t % tiles) * size;
+  r.rows = total - r.r0 < size ? total - r.r0 : size;
+  return r;
+}
+
+// ---------------------------------------------------------------- workspace
+
+// Workspace of one worker, every region 64-byte aligned. R = 2 * lanes.
+struct Tile {
+  float* qt;           // [dim][R] queries, transposed, pre-scaled
+  float* st;           // [kBlockKeys][R] scores, then probabilities
+  float* ot;           // [value_dim][R] unnormalized output, transposed
+  float* m;            // [R] running max
+  float* inv_l;        // [R] 1 / sum
+  float* sum;          // [R] sum
+  float* tail;         // [lanes] scratch for partial vectors
+  int32_t* limit;      // [R] visible keys per row (0 for padding lanes)
+  int64_t* row;        // [R] flat row index into q, out, weights, lse
+  const float** bias;  // [R] bias row or NULL
+  // Row path: keys in lanes.
+  float* q_rows;  // [kRowPathMaxRows][dim] pre-scaled queries
+  float* o_rows;  // [kRowPathMaxRows][value_dim] unnormalized output
+  float* s_row;   // [kBlockKeys + lanes] scores of one row
+};
+
+// Bytes of one worker's workspace; with base non-NULL also fills *tile.
+inline size_t LayoutTile(const Problem& p, size_t lanes, unsigned char* base,
+                         Tile* tile) {
+  const size_t r = 2 * lanes;
+  const size_t dim = static_cast<size_t>(ScoreDim(p));
+  const size_t dv = static_cast<size_t>(p.value_dim);
+  size_t offset = 0;
+  auto take = [&](size_t bytes) {
+    unsigned char* at = base ? base + offset : nullptr;
+    offset += AlignUp(bytes);
+    return at;
+  };
+  unsigned char* qt = take(dim * r * 4);
+  unsigned char* st = take(static_cast<size_t>(kBlockKeys) * r * 4);
+  unsigned char* ot = take(dv * r * 4);
+  unsigned char* m = take(r * 4);
+  unsigned char* inv_l = take(r * 4);
+  unsigned char* sum = take(r * 4);
+  unsigned char* tail = take(lanes * 4);
+  unsigned char* limit = take(r * 4);
+  unsigned char* row = take(r * 8);
+  unsigned char* bias = take(r * sizeof(const float*));
+  unsigned char* q_rows = take(kRowPathMaxRows * dim * 4);
+  unsigned char* o_rows = take(kRowPathMaxRows * dv * 4);
+  unsigned char* s_row = take((kBlockKeys + lanes) * 4);
+  if (tile != nullptr) {
+    tile->qt = reinterpret_cast<float*>(qt);
+    tile->st = reinterpret_cast<float*>(st);
+    tile->ot = reinterpret_cast<float*>(ot);
+    tile->m = reinterpret_cast<float*>(m);
+    tile->inv_l = reinterpret_cast<float*>(inv_l);
+    tile->sum = reinterpret_cast<float*>(sum);
+    tile->tail = reinterpret_cast<float*>(tail);
+    tile->limit = reinterpret_cast<int32_t*>(limit);
+    tile->row = reinterpret_cast<int64_t*>(row);
+    tile->bias = reinterpret_cast<const float**>(bias);
+    tile->q_rows = reinterpret_cast<float*>(q_rows);
+    tile->o_rows = reinterpret_cast<float*>(o_rows);
+    tile->s_row = reinterpret_cast<float*>(s_row);
+  }
+  return offset;
+}
+
+// ---------------------------------------------------------------- rows
+
+// Tile path: row index, key limit and bias row of each of the R lanes
+// (lanes >= rows are padding: limit 0, never written out), and the range of
+// limits over the real rows; zeroes the transposed output.
+inline void SetUpTileRows(const Problem& p, int64_t b, int64_t kvh,
+                          int64_t r0, int64_t rows, size_t R,
+                          const Tile& tile, int64_t* min_limit,
+                          int64_t* max_limit) {
+  *min_limit = p.kv_len;
+  *max_limit = 0;
+  for (size_t r = 0; r < R; ++r) {
+    if (static_cast<int64_t>(r) < rows) {
+      const int64_t rr = r0 + static_cast<int64_t>(r);
+      const int64_t h = kvh * p.group + rr / p.q_len;
+      const int64_t i = rr % p.q_len;
+      const int64_t limit = VisibleKeys(p, b, i);
+      tile.row[r] = (b * p.q_heads + h) * p.q_len + i;
+      tile.limit[r] = static_cast<int32_t>(limit);
+      tile.bias[r] = BiasRow(p, b, h, i);
+      *min_limit = limit < *min_limit ? limit : *min_limit;
+      *max_limit = limit > *max_limit ? limit : *max_limit;
+    } else {
+      tile.limit[r] = 0;
+      tile.bias[r] = nullptr;
+    }
+  }
+  for (size_t i = 0; i < static_cast<size_t>(p.value_dim) * R; ++i) {
+    tile.ot[i] = 0.0f;
+  }
+}
+
+// qt[t][r] = q_row(r)[t] * q_scale, zero for padding lanes (scalar; SIMD
+// engines transpose full tiles with gathers instead).
+inline void PackQueriesScalar(const Operands& op, int64_t rows, size_t R,
+                              const Tile& tile) {
+  const int64_t d = op.dim;
+  for (size_t r = 0; r < R; ++r) {
+    if (static_cast<int64_t>(r) < rows) {
+      const float* q = op.q + tile.row[r] * d;
+      for (int64_t t = 0; t < d; ++t) tile.qt[t * R + r] = q[t] * op.q_scale;
+    } else {
+      for (int64_t t = 0; t < d; ++t) tile.qt[t * R + r] = 0.0f;
+    }
+  }
+}
+
+// Row path: rows, limits, bias rows, running max and sum, packed queries and
+// zeroed outputs of every row of (b, kvh). Returns the largest limit.
+inline int64_t SetUpRowPath(const Problem& p, const Operands& op, int64_t b,
+                            int64_t kvh, int64_t rows, const Tile& tile) {
+  const int64_t d = op.dim, dv = p.value_dim;
+  int64_t max_limit = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t h = kvh * p.group + r / p.q_len;
+    const int64_t i = r % p.q_len;
+    tile.row[r] = (b * p.q_heads + h) * p.q_len + i;
+    const int64_t limit = VisibleKeys(p, b, i);
+    tile.limit[r] = static_cast<int32_t>(limit);
+    tile.bias[r] = BiasRow(p, b, h, i);
+    tile.m[r] = -INFINITY;
+    tile.sum[r] = 0.0f;
+    max_limit = limit > max_limit ? limit : max_limit;
+    const float* q = op.q + tile.row[r] * d;
+    for (int64_t t = 0; t < d; ++t) tile.q_rows[r * d + t] = q[t] * op.q_scale;
+    for (int64_t c = 0; c < dv; ++c) tile.o_rows[r * dv + c] = 0.0f;
+  }
+  return max_limit;
+}
+
+// Adds row r's bias to its scores st[j * stride] for keys [j0, j0 + nb); a
+// -inf bias hides the key whatever its score (even NaN from a bad key).
+inline void AddBias(const float* bias_row, int64_t j0, int64_t nb,
+                    size_t stride, float* st) {
+  const float* bias = bias_row + j0;
+  for (int64_t j = 0; j < nb; ++j) {
+    float& s = st[static_cast<size_t>(j) * stride];
+    s = bias[j] == -INFINITY ? -INFINITY : s + bias[j];
+  }
+}
+
+}  // namespace qkv
+
+#endif  // QKV_SRC_TILING_H_
