@@ -21,6 +21,10 @@ EngineList MakeEngineList() {
 #if QKV_HAVE_HIGHWAY
   list.count = HighwayEngines(list.engines, kMaxEngines - 1);
 #endif
+#if QKV_HAVE_XSIMD
+  list.count += XsimdEngines(list.engines + list.count,
+                             kMaxEngines - 1 - list.count);
+#endif
   list.engines[list.count++] = ReferenceEngine();
   return list;
 }

@@ -90,6 +90,10 @@ const Engine* ReferenceEngine();
 // best first. Writes up to `max` pointers and returns how many it wrote.
 size_t HighwayEngines(const Engine** out, size_t max);
 
+// xsimd engines built into this library whose architecture this CPU
+// supports, best first (src/xsimd/). Same contract as HighwayEngines.
+size_t XsimdEngines(const Engine** out, size_t max);
+
 // Every runnable engine, best first; the list is made once.
 size_t EngineCount();
 const Engine* EngineAt(size_t index);
