@@ -75,5 +75,5 @@ with plt.style.context("dark_background"):
     fig.legend(tokens, title="Tokens", loc="center left", bbox_to_anchor=(1, 0.5), fontsize=12)
     fig.tight_layout()
     path = os.path.join(out_dir(), "four_tokens.png")
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    fig.savefig(path, dpi=80, bbox_inches="tight")
 wrote(path)

@@ -146,7 +146,10 @@ class TestInfo(Case):
             subprocess.run([cc, "-std=c99", "-I", INCLUDE_DIR, c, "-o", exe], check=True)
             got = [int(x) for x in subprocess.run([exe], check=True, capture_output=True,
                                                    text=True).stdout.split()]
-        self.assertEqual(got[0], ctypes.sizeof(qkv._Desc), "sizeof(qkv_attention_desc)")
+        # A header that grew past the binding is fine (the binding is then an
+        # older caller, its struct_size a prefix); the mirrored fields must sit
+        # where the compiler puts them.
+        self.assertGreaterEqual(got[0], ctypes.sizeof(qkv._Desc), "sizeof(qkv_attention_desc)")
         for name, off in zip(fields, got[1:]):
             self.assertEqual(off, getattr(qkv._Desc, name).offset, "offsetof(%s)" % name)
 
