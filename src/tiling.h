@@ -58,7 +58,7 @@ inline size_t ProjectedKeysBytes(const Problem& p) {
                  sizeof(float));
 }
 
-inline size_t SharedWorkspace(const Problem& p) {
+inline size_t ProjectionBytes(const Problem& p) {
   if (p.score != QKV_SCORE_ADDITIVE) return 0;
   return ProjectedKeysBytes(p) +
          AlignUp(static_cast<size_t>(p.batch * p.q_heads * p.q_len *
@@ -95,6 +95,71 @@ inline bool UsesRowPath(const Problem& p) {
   return p.group * p.q_len <= kRowPathMaxRows;
 }
 
+// Flash-decoding: a row-path (batch, kv head) with more than kSplitKeys keys
+// is split into KeySplits tasks of kSplitKeys keys each, so that a single
+// decoding query still spreads over workers. Each split leaves a partial
+// (max, sum, unnormalized output) per row in the shared workspace; the split
+// that finishes last (an atomic count per (batch, kv head)) merges them in
+// split order. The split and the merge order depend on the shape only, so
+// the result is bitwise identical for any number of workers and schedule.
+// Engines opt in by using SplitTasks/SplitTaskAt and the Split* helpers.
+constexpr int64_t kSplitKeys = 512;
+
+inline int64_t KeySplits(const Problem& p) {
+  return UsesRowPath(p) ? (p.kv_len + kSplitKeys - 1) / kSplitKeys : 1;
+}
+
+// Floats of one split's partial: [kRowPathMaxRows][max, sum, out[value_dim]].
+inline int64_t SplitPartialFloats(const Problem& p) {
+  return kRowPathMaxRows * (p.value_dim + 2);
+}
+
+inline size_t SplitCountersBytes(const Problem& p) {
+  if (KeySplits(p) == 1) return 0;
+  return AlignUp(static_cast<size_t>(p.batch * p.kv_heads) *
+                 sizeof(uint32_t));
+}
+
+inline size_t SplitPartialsBytes(const Problem& p) {
+  if (KeySplits(p) == 1) return 0;
+  return AlignUp(static_cast<size_t>(p.batch * p.kv_heads * KeySplits(p) *
+                                     SplitPartialFloats(p)) *
+                 sizeof(float));
+}
+
+// Shared workspace: additive projections, then split counters and partials.
+inline size_t SharedWorkspace(const Problem& p) {
+  return ProjectionBytes(p) + SplitCountersBytes(p) + SplitPartialsBytes(p);
+}
+
+// Zeroes the split counters; run once per call before any task (Prepare).
+inline void ResetSplitCounters(const Problem& p, unsigned char* shared) {
+  const size_t bytes = SplitCountersBytes(p);
+  unsigned char* at = shared + ProjectionBytes(p);
+  for (size_t i = 0; i < bytes; ++i) at[i] = 0;
+}
+
+// This split's partial slot. Tasks write only their own slot; the slots are
+// in the shared workspace, which is otherwise read-only to tasks.
+inline float* SplitPartial(const Problem& p, const unsigned char* shared,
+                           int64_t b, int64_t kvh, int64_t split) {
+  unsigned char* base = const_cast<unsigned char*>(shared) +
+                        ProjectionBytes(p) + SplitCountersBytes(p);
+  const int64_t slot = (b * p.kv_heads + kvh) * KeySplits(p) + split;
+  return reinterpret_cast<float*>(base) + slot * SplitPartialFloats(p);
+}
+
+// Counts this split as done; true for the one that completes the set (it
+// then sees every other split's partial: acquire-release ordering).
+inline bool LastSplitDone(const Problem& p, const unsigned char* shared,
+                          int64_t b, int64_t kvh) {
+  uint32_t* counters = reinterpret_cast<uint32_t*>(
+      const_cast<unsigned char*>(shared) + ProjectionBytes(p));
+  const uint32_t done = __atomic_add_fetch(&counters[b * p.kv_heads + kvh], 1u,
+                                           __ATOMIC_ACQ_REL);
+  return done == static_cast<uint32_t>(KeySplits(p));
+}
+
 inline int64_t TilesPerHead(const Problem& p, size_t tile_rows) {
   if (UsesRowPath(p)) return 1;
   const int64_t r = static_cast<int64_t>(tile_rows);
@@ -112,6 +177,8 @@ struct TileTask {
   int64_t b, kvh;
   int64_t r0, rows;  // flat rows [r0, r0 + rows) of the (b, kvh) group
   bool row_path;
+  int64_t split;                // key split (0 without splitting)
+  int64_t key_begin, key_end;   // the keys this task scores
 };
 
 inline TileTask TileTaskAt(const Problem& p, size_t task, size_t tile_rows) {
@@ -126,6 +193,24 @@ inline TileTask TileTaskAt(const Problem& p, size_t task, size_t tile_rows) {
   const int64_t size = r.row_path ? total : static_cast<int64_t>(tile_rows);
   r.r0 = (t % tiles) * size;
   r.rows = total - r.r0 < size ? total - r.r0 : size;
+  r.split = 0;
+  r.key_begin = 0;
+  r.key_end = p.kv_len;
+  return r;
+}
+
+// Tasks with flash-decoding splits: (batch, kv head, split) on the row path.
+inline size_t SplitTasks(const Problem& p, size_t tile_rows) {
+  return NumTileTasks(p, tile_rows) * static_cast<size_t>(KeySplits(p));
+}
+
+inline TileTask SplitTaskAt(const Problem& p, size_t task, size_t tile_rows) {
+  const int64_t splits = KeySplits(p);
+  TileTask r = TileTaskAt(p, task / static_cast<size_t>(splits), tile_rows);
+  r.split = static_cast<int64_t>(task) % splits;
+  r.key_begin = r.split * kSplitKeys;
+  r.key_end = r.key_begin + kSplitKeys < p.kv_len ? r.key_begin + kSplitKeys
+                                                  : p.kv_len;
   return r;
 }
 

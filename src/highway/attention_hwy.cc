@@ -588,21 +588,63 @@ void RowOutput(const float* HWY_RESTRICT pr, const float* HWY_RESTRICT v,
   }
 }
 
+// Flash-decoding: stores this split's (max, sum, output) per row; the split
+// that completes the set merges all of them, in split order, into tile.m,
+// tile.sum and tile.o_rows and returns true. Others return false.
+bool MergeSplits(const Problem& p, const TileTask& task,
+                 const unsigned char* shared, const Tile& tile) {
+  const int64_t dv = p.value_dim, stride = dv + 2;
+  float* mine = SplitPartial(p, shared, task.b, task.kvh, task.split);
+  for (int64_t r = 0; r < task.rows; ++r) {
+    mine[r * stride] = tile.m[r];
+    mine[r * stride + 1] = tile.sum[r];
+    memcpy(mine + r * stride + 2, tile.o_rows + r * dv, dv * sizeof(float));
+  }
+  if (!LastSplitDone(p, shared, task.b, task.kvh)) return false;
+  const int64_t splits = KeySplits(p);
+  for (int64_t r = 0; r < task.rows; ++r) {
+    float m = -INFINITY;
+    for (int64_t s = 0; s < splits; ++s) {
+      const float ms = SplitPartial(p, shared, task.b, task.kvh, s)[r * stride];
+      m = ms > m ? ms : m;
+    }
+    float sum = 0.0f;
+    float* o = tile.o_rows + r * dv;
+    for (int64_t c = 0; c < dv; ++c) o[c] = 0.0f;
+    if (m != -INFINITY) {
+      for (int64_t s = 0; s < splits; ++s) {
+        const float* part =
+            SplitPartial(p, shared, task.b, task.kvh, s) + r * stride;
+        if (part[0] == -INFINITY) continue;  // this split saw no key
+        const float f = expf(part[0] - m);
+        sum += part[1] * f;
+        for (int64_t c = 0; c < dv; ++c) o[c] += part[2 + c] * f;
+      }
+    }
+    tile.m[r] = m;
+    tile.sum[r] = sum;
+  }
+  return true;
+}
+
 // All rows (at most kRowPathMaxRows) of one (batch, kv head). Keys are
 // walked in blocks; each block of K and V is read from memory once and
 // reused from L1 by the group's other rows.
-void RunRows(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
-             int64_t rows, const Tile& tile) {
+void RunRows(const Problem& p, const Operands& op, const TileTask& task,
+             const unsigned char* shared, const Tile& tile) {
+  const int64_t b = task.b, kvh = task.kvh, rows = task.rows;
   const int64_t d = op.dim, dv = p.value_dim, lk = p.kv_len;
   const int64_t max_limit = SetUpRowPath(p, op, b, kvh, rows, tile);
+  const int64_t stop = max_limit < task.key_end ? max_limit : task.key_end;
   const float* k = op.k;
   const float* v = p.v + (b * p.kv_heads + kvh) * lk * dv;
   float* st = tile.s_row;
-  for (int64_t j0 = 0; j0 < max_limit; j0 += kBlockKeys) {
+  for (int64_t j0 = task.key_begin; j0 < stop; j0 += kBlockKeys) {
     for (int64_t r = 0; r < rows; ++r) {
       // Masks hide a suffix: the row simply stops at its limit.
-      const int64_t end = j0 + kBlockKeys < tile.limit[r] ? j0 + kBlockKeys
-                                                          : tile.limit[r];
+      int64_t end = j0 + kBlockKeys < tile.limit[r] ? j0 + kBlockKeys
+                                                    : tile.limit[r];
+      end = end < task.key_end ? end : task.key_end;
       const int64_t nb = end - j0;
       if (nb <= 0) continue;
       const float* qr = tile.q_rows + r * d;
@@ -621,6 +663,7 @@ void RunRows(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
       RowOutput(st, v + j0 * dv, dv, nb, alpha, tile.o_rows + r * dv);
     }
   }
+  if (KeySplits(p) > 1 && !MergeSplits(p, task, shared, tile)) return;
   for (int64_t r = 0; r < rows; ++r) {
     const float l = tile.sum[r];
     const bool seen = l > 0.0f;
@@ -649,6 +692,7 @@ bool Supports(const Problem&) { return true; }
 
 // Additive scores: project every key (W_k k) and query (W_q q) once per call.
 void Prepare(const Problem& p, unsigned char* shared) {
+  ResetSplitCounters(p, shared);
   if (p.score != QKV_SCORE_ADDITIVE) return;
   const int64_t d = p.head_dim, hidden = p.additive_hidden;
   float* keys = reinterpret_cast<float*>(shared);
@@ -665,7 +709,7 @@ void Prepare(const Problem& p, unsigned char* shared) {
   }
 }
 
-size_t NumTasks(const Problem& p) { return NumTileTasks(p, TileRows()); }
+size_t NumTasks(const Problem& p) { return SplitTasks(p, TileRows()); }
 
 size_t WorkspacePerWorker(const Problem& p) {
   return LayoutTile(p, Lanes(), nullptr, nullptr);
@@ -675,10 +719,10 @@ void RunTask(const Problem& p, size_t task, const unsigned char* shared,
              unsigned char* workspace) {
   Tile tile;
   LayoutTile(p, Lanes(), workspace, &tile);
-  const TileTask t = TileTaskAt(p, task, TileRows());
+  const TileTask t = SplitTaskAt(p, task, TileRows());
   const Operands op = OperandsFor(p, shared, t.b, t.kvh);
   if (t.row_path) {
-    RunRows(p, op, t.b, t.kvh, t.rows, tile);
+    RunRows(p, op, t, shared, tile);
   } else if (t.rows <= static_cast<int64_t>(Lanes())) {
     RunTile<1>(p, op, t.b, t.kvh, t.r0, t.rows, tile);
   } else {
