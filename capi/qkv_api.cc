@@ -55,6 +55,10 @@ qkv_status ReadDesc(const qkv_attention_desc* in, qkv_attention_desc* d,
   if (size < sizeof(size_t) || size > kMaxStructSize) {
     return QKV_ERR_INVALID_ARGUMENT;
   }
+  if (size == sizeof(*d)) {  // the common case: a caller of this version
+    memcpy(d, in, sizeof(*d));
+    return QKV_OK;
+  }
   size_t covered = 0;
   for (size_t end : kFieldEnds) {
     if (end <= size) covered = end;

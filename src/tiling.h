@@ -232,6 +232,9 @@ struct Tile {
   float* q_rows;  // [kRowPathMaxRows][dim] pre-scaled queries
   float* o_rows;  // [kRowPathMaxRows][value_dim] unnormalized output
   float* s_row;   // [kBlockKeys + lanes] scores of one row
+  // Tiny path (kv_len <= lanes): keys and values transposed, keys in lanes.
+  float* kt;  // [dim][lanes]
+  float* vt;  // [value_dim][lanes]
 };
 
 // Bytes of one worker's workspace; with base non-NULL also fills *tile.
@@ -259,6 +262,9 @@ inline size_t LayoutTile(const Problem& p, size_t lanes, unsigned char* base,
   unsigned char* q_rows = take(kRowPathMaxRows * dim * 4);
   unsigned char* o_rows = take(kRowPathMaxRows * dv * 4);
   unsigned char* s_row = take((kBlockKeys + lanes) * 4);
+  const bool tiny = p.kv_len <= static_cast<int64_t>(lanes);
+  unsigned char* kt = take(tiny ? dim * lanes * 4 : 0);
+  unsigned char* vt = take(tiny ? dv * lanes * 4 : 0);
   if (tile != nullptr) {
     tile->qt = reinterpret_cast<float*>(qt);
     tile->st = reinterpret_cast<float*>(st);
@@ -273,6 +279,8 @@ inline size_t LayoutTile(const Problem& p, size_t lanes, unsigned char* base,
     tile->q_rows = reinterpret_cast<float*>(q_rows);
     tile->o_rows = reinterpret_cast<float*>(o_rows);
     tile->s_row = reinterpret_cast<float*>(s_row);
+    tile->kt = reinterpret_cast<float*>(kt);
+    tile->vt = reinterpret_cast<float*>(vt);
   }
   return offset;
 }

@@ -627,6 +627,87 @@ bool MergeSplits(const Problem& p, const TileTask& task,
   return true;
 }
 
+// Row path for tiny problems, kv_len <= lanes (toy shapes, short caches):
+// K and V are transposed once into the workspace and each row's scores,
+// softmax and output are a handful of whole-vector operations with keys in
+// lanes. Same results contract as RunRows.
+void RunRowsTiny(const Problem& p, const Operands& op, const TileTask& task,
+                 const Tile& tile) {
+  const DF df;
+  const DI di;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t b = task.b, kvh = task.kvh;
+  const int64_t d = op.dim, dv = p.value_dim, lk = p.kv_len;
+  SetUpRowPath(p, op, b, kvh, task.rows, tile);
+  const float* v = p.v + (b * p.kv_heads + kvh) * lk * dv;
+  for (int64_t t = 0; t < d; ++t) {
+    for (int64_t j = 0; j < N; ++j) {
+      tile.kt[t * N + j] = j < lk ? op.k[j * d + t] : 0.0f;
+    }
+  }
+  for (int64_t c = 0; c < dv; ++c) {
+    for (int64_t j = 0; j < N; ++j) {
+      tile.vt[c * N + j] = j < lk ? v[j * dv + c] : 0.0f;
+    }
+  }
+  const VF neg_inf = hn::Set(df, -INFINITY);
+  const VF zero = hn::Zero(df);
+  for (int64_t r = 0; r < task.rows; ++r) {
+    const float* q = tile.q_rows + r * d;
+    VF s = zero;
+    if (op.kind == kAdditive) {
+      for (int64_t t = 0; t < d; ++t) {
+        const VF x = hn::Add(hn::Set(df, q[t]), hn::Load(df, tile.kt + t * N));
+        s = hn::MulAdd(hn::Set(df, p.w_v[t]), hn::Tanh(df, x), s);
+      }
+    } else if (op.kind == kGaussian) {
+      for (int64_t t = 0; t < d; ++t) {
+        const VF e = hn::Sub(hn::Set(df, q[t]), hn::Load(df, tile.kt + t * N));
+        s = hn::MulAdd(e, e, s);
+      }
+      s = hn::Mul(s, hn::Set(df, op.finish));
+    } else {
+      for (int64_t t = 0; t < d; ++t) {
+        s = hn::MulAdd(hn::Set(df, q[t]), hn::Load(df, tile.kt + t * N), s);
+      }
+    }
+    if (tile.bias[r] != nullptr) {
+      for (int64_t j = 0; j < N; ++j) tile.tail[j] = j < lk ? tile.bias[r][j] : 0.0f;
+      const VF bias = hn::Load(df, tile.tail);
+      s = hn::IfThenElse(hn::Eq(bias, neg_inf), neg_inf, hn::Add(s, bias));
+    }
+    const auto visible = hn::RebindMask(
+        df, hn::Lt(hn::Iota(di, 0), hn::Set(di, tile.limit[r])));
+    s = hn::IfThenElse(visible, s, neg_inf);
+    const float m = hn::GetLane(hn::MaxOfLanes(df, s));
+    const int64_t row = tile.row[r];
+    float* out = p.out + row * dv;
+    float* w = p.weights != nullptr ? p.weights + row * lk : nullptr;
+    if (m == -INFINITY) {  // no visible key
+      for (int64_t c = 0; c < dv; ++c) out[c] = 0.0f;
+      if (w != nullptr) {
+        for (int64_t j = 0; j < lk; ++j) w[j] = 0.0f;
+      }
+      if (p.lse != nullptr) p.lse[row] = -INFINITY;
+      continue;
+    }
+    const VF e = ExpNonPositive(hn::Sub(s, hn::Set(df, m)));
+    const float l = hn::GetLane(hn::SumOfLanes(df, e));
+    const float inv_l = 1.0f / l;
+    const auto read = hn::Gt(e, zero);  // hidden keys' values are not read
+    for (int64_t c = 0; c < dv; ++c) {
+      const VF terms =
+          hn::IfThenElseZero(read, hn::Mul(e, hn::Load(df, tile.vt + c * N)));
+      out[c] = hn::GetLane(hn::SumOfLanes(df, terms)) * inv_l;
+    }
+    if (w != nullptr) {
+      hn::Store(hn::Mul(e, hn::Set(df, inv_l)), df, tile.tail);
+      for (int64_t j = 0; j < lk; ++j) w[j] = tile.tail[j];
+    }
+    if (p.lse != nullptr) p.lse[row] = m + logf(l);
+  }
+}
+
 // All rows (at most kRowPathMaxRows) of one (batch, kv head). Keys are
 // walked in blocks; each block of K and V is read from memory once and
 // reused from L1 by the group's other rows.
@@ -721,7 +802,9 @@ void RunTask(const Problem& p, size_t task, const unsigned char* shared,
   LayoutTile(p, Lanes(), workspace, &tile);
   const TileTask t = SplitTaskAt(p, task, TileRows());
   const Operands op = OperandsFor(p, shared, t.b, t.kvh);
-  if (t.row_path) {
+  if (t.row_path && p.kv_len <= static_cast<int64_t>(Lanes())) {
+    RunRowsTiny(p, op, t, tile);
+  } else if (t.row_path) {
     RunRows(p, op, t, shared, tile);
   } else if (t.rows <= static_cast<int64_t>(Lanes())) {
     RunTile<1>(p, op, t.b, t.kvh, t.r0, t.rows, tile);
