@@ -239,9 +239,7 @@ qkv_status MakePlan(const qkv_attention_desc* in, Plan* plan) {
     engine = FindEngine(d.backend);
     if (engine == nullptr || !engine->supports(p)) return QKV_ERR_UNSUPPORTED;
   } else {
-    for (size_t i = 0; engine == nullptr && i < EngineCount(); ++i) {
-      if (EngineAt(i)->supports(p)) engine = EngineAt(i);
-    }
+    engine = DefaultEngineFor(p);
     if (engine == nullptr) return QKV_ERR_UNSUPPORTED;
   }
 

@@ -94,10 +94,17 @@ size_t HighwayEngines(const Engine** out, size_t max);
 // supports, best first (src/xsimd/). Same contract as HighwayEngines.
 size_t XsimdEngines(const Engine** out, size_t max);
 
+// The Helium (MVE) engine for Cortex-M55/M85 (src/helium/), built only
+// for microcontrollers with MVE-F (QKV_HAVE_HELIUM).
+const Engine* HeliumEngine();
+
 // Every runnable engine, best first; the list is made once.
 size_t EngineCount();
 const Engine* EngineAt(size_t index);
 const Engine* FindEngine(const char* name);  // NULL when not runnable here
+// The engine a call without desc.backend uses: the first in the list that
+// serves the problem, except where measurements say another is faster.
+const Engine* DefaultEngineFor(const Problem& p);
 
 }  // namespace qkv
 

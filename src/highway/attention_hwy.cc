@@ -588,45 +588,6 @@ void RowOutput(const float* HWY_RESTRICT pr, const float* HWY_RESTRICT v,
   }
 }
 
-// Flash-decoding: stores this split's (max, sum, output) per row; the split
-// that completes the set merges all of them, in split order, into tile.m,
-// tile.sum and tile.o_rows and returns true. Others return false.
-bool MergeSplits(const Problem& p, const TileTask& task,
-                 const unsigned char* shared, const Tile& tile) {
-  const int64_t dv = p.value_dim, stride = dv + 2;
-  float* mine = SplitPartial(p, shared, task.b, task.kvh, task.split);
-  for (int64_t r = 0; r < task.rows; ++r) {
-    mine[r * stride] = tile.m[r];
-    mine[r * stride + 1] = tile.sum[r];
-    memcpy(mine + r * stride + 2, tile.o_rows + r * dv, dv * sizeof(float));
-  }
-  if (!LastSplitDone(p, shared, task.b, task.kvh)) return false;
-  const int64_t splits = KeySplits(p);
-  for (int64_t r = 0; r < task.rows; ++r) {
-    float m = -INFINITY;
-    for (int64_t s = 0; s < splits; ++s) {
-      const float ms = SplitPartial(p, shared, task.b, task.kvh, s)[r * stride];
-      m = ms > m ? ms : m;
-    }
-    float sum = 0.0f;
-    float* o = tile.o_rows + r * dv;
-    for (int64_t c = 0; c < dv; ++c) o[c] = 0.0f;
-    if (m != -INFINITY) {
-      for (int64_t s = 0; s < splits; ++s) {
-        const float* part =
-            SplitPartial(p, shared, task.b, task.kvh, s) + r * stride;
-        if (part[0] == -INFINITY) continue;  // this split saw no key
-        const float f = expf(part[0] - m);
-        sum += part[1] * f;
-        for (int64_t c = 0; c < dv; ++c) o[c] += part[2 + c] * f;
-      }
-    }
-    tile.m[r] = m;
-    tile.sum[r] = sum;
-  }
-  return true;
-}
-
 // Row path for tiny problems, kv_len <= lanes (toy shapes, short caches):
 // K and V are transposed once into the workspace and each row's scores,
 // softmax and output are a handful of whole-vector operations with keys in

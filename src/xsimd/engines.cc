@@ -1,0 +1,84 @@
+// XsimdEngines: the xsimd engines this build compiled (one per architecture,
+// see sources.cmake) whose instruction set this CPU supports, best first.
+//
+// The CPU check is ours, not xsimd::available_architectures() or
+// xsimd::dispatch: in xsimd 8.1 those keep the result in a function-local
+// static, which needs the C++ runtime's guard functions (__cxa_guard_*), and
+// libqkv.a must not reference the C++ runtime. The check runs once, when the
+// engine list is made (src/dispatch.cc).
+//
+// This file is compiled with the baseline flags. It comes first in
+// QKV_XSIMD_SOURCES and the per-architecture files follow from the smallest
+// instruction set to the largest, so that when several objects carry a copy
+// of an inline function from a shared header (tiling.h), the linker keeps the
+// copy compiled with the fewest instruction-set extensions.
+#include "engine.h"
+
+#if QKV_XSIMD_NEON && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#ifndef HWCAP_NEON
+#define HWCAP_NEON (1 << 12)  // 32-bit ARM Linux's AT_HWCAP bit for NEON
+#endif
+#endif
+
+namespace qkv {
+
+#if QKV_XSIMD_AVX512F
+const Engine* XsimdAvx512fEngine();
+#endif
+#if QKV_XSIMD_AVX2
+const Engine* XsimdAvx2Engine();
+#endif
+#if QKV_XSIMD_SSE4_2
+const Engine* XsimdSse42Engine();
+#endif
+#if QKV_XSIMD_NEON64
+const Engine* XsimdNeon64Engine();
+#endif
+#if QKV_XSIMD_NEON
+const Engine* XsimdNeonEngine();
+#endif
+
+size_t XsimdEngines(const Engine** out, size_t max) {
+  size_t n = 0;
+  auto add = [&](const Engine* e) {
+    if (n < max) out[n++] = e;
+  };
+#if QKV_XSIMD_AVX512F || QKV_XSIMD_AVX2 || QKV_XSIMD_SSE4_2
+  // libgcc's cpu model also checks that the OS saves the AVX and AVX-512
+  // register state (XGETBV), not only the CPUID bits.
+  __builtin_cpu_init();
+#endif
+#if QKV_XSIMD_AVX512F
+  // The file is compiled for the Skylake-X set; FMA comes with every AVX-512
+  // CPU but is checked anyway.
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma")) {
+    add(XsimdAvx512fEngine());
+  }
+#endif
+#if QKV_XSIMD_AVX2
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    add(XsimdAvx2Engine());
+  }
+#endif
+#if QKV_XSIMD_SSE4_2
+  if (__builtin_cpu_supports("sse4.2")) add(XsimdSse42Engine());
+#endif
+#if QKV_XSIMD_NEON64
+  add(XsimdNeon64Engine());  // Advanced SIMD is part of every AArch64 CPU
+#endif
+#if QKV_XSIMD_NEON
+#if defined(__linux__)
+  if ((getauxval(AT_HWCAP) & HWCAP_NEON) != 0) add(XsimdNeonEngine());
+#else
+  // No portable way to ask: the build targets a NEON CPU (-mfpu=neon).
+  add(XsimdNeonEngine());
+#endif
+#endif
+  return n;
+}
+
+}  // namespace qkv
