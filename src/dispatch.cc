@@ -1,5 +1,6 @@
 // The once-only dispatch choice: the list of engines this build has and this
 // CPU runs, best first, made on first use and never changed afterwards.
+#include <stdlib.h>
 #include <string.h>
 
 #include <atomic>
@@ -14,6 +15,7 @@ constexpr size_t kMaxEngines = 16;
 struct EngineList {
   const Engine* engines[kMaxEngines];
   size_t count;
+  bool forced;  // QKV_BACKEND named the default
 };
 
 EngineList MakeEngineList() {
@@ -28,7 +30,22 @@ EngineList MakeEngineList() {
 #if QKV_HAVE_HELIUM
   list.engines[list.count++] = HeliumEngine();
 #endif
+#if QKV_HAVE_REFERENCE
   list.engines[list.count++] = ReferenceEngine();
+#endif
+  // A process-wide choice: the environment variable QKV_BACKEND, read once
+  // here, moves the named backend to the front (it becomes qkv_backend()).
+  // Unknown or unrunnable names are ignored.
+  const char* wanted = getenv("QKV_BACKEND");
+  for (size_t i = 0; wanted != nullptr && i < list.count; ++i) {
+    if (strcmp(list.engines[i]->name, wanted) == 0) {
+      const Engine* chosen = list.engines[i];
+      for (size_t j = i; j > 0; --j) list.engines[j] = list.engines[j - 1];
+      list.engines[0] = chosen;
+      list.forced = true;
+      break;
+    }
+  }
   return list;
 }
 
@@ -68,7 +85,7 @@ const Engine* DefaultEngineFor(const Problem& p) {
   // scores the xsimd engine is 2-2.6x faster than the Highway one, its tanh
   // being cheaper than Highway's contrib Tanh; elsewhere the two are level
   // and the list's order (Highway first) stands.
-  if (p.score == QKV_SCORE_ADDITIVE) {
+  if (p.score == QKV_SCORE_ADDITIVE && !list.forced) {
     for (size_t i = 0; i < list.count; ++i) {
       if (strncmp(list.engines[i]->name, "xsimd:", 6) == 0 &&
           list.engines[i]->supports(p)) {

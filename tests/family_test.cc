@@ -278,3 +278,35 @@ INSTANTIATE_TEST_SUITE_P(
 
 }  // namespace
 }  // namespace qkv_test
+
+namespace qkv_test {
+namespace {
+
+// QKV_BACKEND, read once per process, makes the named backend the default
+// (ctest runs this a second time with QKV_BACKEND=reference).
+TEST(ProcessBackend, EnvironmentChoosesTheDefault) {
+  const char* wanted = std::getenv("QKV_BACKEND");
+  ASSERT_NE(qkv_backend(), nullptr);
+  EXPECT_STREQ(qkv_backend(), qkv_backend_name(0));
+  if (wanted == nullptr) GTEST_SKIP() << "QKV_BACKEND not set";
+  EXPECT_STREQ(qkv_backend(), wanted);
+  // A call without desc.backend runs on it: same bits as forcing it.
+  Problem p = MakeProblem(1, 2, 1, 9, 40, 16, 8, 77);
+  p.desc.score = QKV_SCORE_ADDITIVE;  // even where another engine is preferred
+  std::mt19937 rng(1);
+  p.w_q.resize(8 * 16);
+  p.w_k.resize(8 * 16);
+  p.w_v.resize(8);
+  FillUniform(&p.w_q, &rng, -1.0f, 1.0f);
+  FillUniform(&p.w_k, &rng, -1.0f, 1.0f);
+  FillUniform(&p.w_v, &rng, -1.0f, 1.0f);
+  p.desc.additive_hidden = 8;
+  const Outputs by_default = RunAttention(p);
+  p.backend = wanted;
+  const Outputs forced = RunAttention(p);
+  ASSERT_EQ(by_default.status, QKV_OK);
+  EXPECT_TRUE(BitwiseEqual(by_default.out, forced.out));
+}
+
+}  // namespace
+}  // namespace qkv_test
