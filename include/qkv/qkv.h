@@ -159,6 +159,31 @@ QKV_API size_t qkv_backend_count(void);
  * when index >= qkv_backend_count(). */
 QKV_API const char *qkv_backend_name(size_t index);
 
+/* ------------------------------------------------------------------------ */
+/* Compile-time workspace size (added in 0.1, for firmware)                 */
+/* ------------------------------------------------------------------------ */
+
+/* QKV_REFERENCE_WORKSPACE_SIZE(kv_len, additive_hidden, num_workers): the
+ * bytes qkv_attention_workspace_size() returns for a valid descriptor served
+ * by the "reference" backend, or by "helium" (the backends of microcontroller
+ * builds; Helium lays out its workspace the same way), as a constant
+ * expression when the arguments are constants:
+ *
+ *   static unsigned char ws[QKV_REFERENCE_WORKSPACE_SIZE(64, 0, 1)];
+ *
+ * kv_len: desc.kv_len. additive_hidden: desc.additive_hidden for
+ * QKV_SCORE_ADDITIVE, 0 for the other scores. num_workers: desc.num_workers
+ * when desc.parallel_for is set, else 1. Each worker needs kv_len floats (the
+ * scores of one row), plus (kv_len + 1) * additive_hidden floats (projected
+ * keys and one projected query) for additive scores, rounded up to 64 bytes;
+ * the call adds 63 bytes of slack to align the caller's buffer to 64. The
+ * Highway and xsimd backends need other amounts: ask
+ * qkv_attention_workspace_size() there. */
+#define QKV_REFERENCE_WORKSPACE_SIZE(kv_len, additive_hidden, num_workers) \
+  ((((((size_t)(kv_len) * ((size_t)(additive_hidden) + 1u) +              \
+       (size_t)(additive_hidden)) * 4u + 63u) & ~(size_t)63u) *            \
+    (size_t)(num_workers)) + 63u)
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -1,0 +1,526 @@
+// The microcontroller test runner: qkv's oracle cases scaled to a small
+// board's RAM, with no GoogleTest, no heap, no exceptions and only static
+// buffers (about 40 KiB of .bss), so it runs on a Cortex-M4 with 128 KiB of
+// RAM as well as on the host. Output goes to stdout (semihosting on a board);
+// the exit code is the verdict: 0 when every check passed, 1 otherwise.
+//
+// Every case runs on every backend this build lists (reference, and helium on
+// a Cortex-M55), compares with a double-precision oracle written from the
+// spec in include/qkv/qkv.h (independent of the kernels), and checks that the
+// library writes nowhere outside the outputs and the workspace it was given.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "qkv/qkv.h"
+
+namespace {
+
+// ------------------------------------------------------------------ buffers
+constexpr int kMaxIn = 1024;      // floats of q, k or v
+constexpr int kMaxOut = 512;      // floats of out
+constexpr int kMaxW = 1024;       // floats of weights (and bias)
+constexpr int kMaxRows = 96;      // rows (lse)
+constexpr int kMaxHidden = 8;     // additive hidden size
+constexpr int kMaxKv = 64;        // keys per head
+constexpr int kGuard = 8;         // canary floats around every output
+constexpr size_t kMaxWs = QKV_REFERENCE_WORKSPACE_SIZE(kMaxKv, kMaxHidden, 3);
+
+float g_q[kMaxIn], g_k[kMaxIn], g_v[kMaxIn], g_bias[kMaxW];
+float g_wq[kMaxHidden * 32], g_wk[kMaxHidden * 32], g_wv[kMaxHidden];
+int32_t g_lens[kMaxRows];
+float g_out[kMaxOut + 2 * kGuard], g_w[kMaxW + 2 * kGuard];
+float g_lse[kMaxRows + 2 * kGuard];
+unsigned char g_ws[kMaxWs + 1 + 64];  // +1: a misaligned start; +64: canary
+double g_ref_out[kMaxOut], g_ref_w[kMaxW], g_ref_lse[kMaxRows];
+double g_scores[kMaxKv];
+unsigned char g_visible[kMaxKv];
+double g_kproj[kMaxKv * 4 * kMaxHidden];
+
+// The workspace size macro is a constant expression (it sized g_ws above and
+// sizes this one): firmware reserves its workspace at compile time.
+static_assert(QKV_REFERENCE_WORKSPACE_SIZE(64, 0, 1) == 256 + 63,
+              "64 scores are 256 bytes, plus 63 bytes of alignment slack");
+static_assert(QKV_REFERENCE_WORKSPACE_SIZE(5, 3, 2) == 2 * 128 + 63,
+              "(5 + 6 * 3) floats = 92 bytes -> 128 per worker");
+
+int g_failures = 0;
+int g_checks = 0;
+const char* g_case = "";
+const char* g_backend = "";
+
+void Fail(const char* what, double got, double want) {
+  ++g_failures;
+  if (g_failures <= 40) {
+    printf("FAIL %s [%s]: %s (got %.9g, want %.9g)\n", g_case, g_backend,
+           what, got, want);
+  }
+}
+
+void Check(bool ok, const char* what) {
+  ++g_checks;
+  if (!ok) Fail(what, 0, 1);
+}
+
+// A small xorshift generator: the same inputs on every board.
+uint32_t g_rng = 1;
+float Uniform(float lo, float hi) {
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 17;
+  g_rng ^= g_rng << 5;
+  return lo + (hi - lo) * static_cast<float>(g_rng >> 8) * (1.0f / 16777216.0f);
+}
+void Fill(float* x, int n, float mag) {
+  for (int i = 0; i < n; ++i) x[i] = Uniform(-mag, mag);
+}
+
+constexpr uint32_t kSentinel = 0x7FBADBADu;  // a NaN
+constexpr uint32_t kCanary = 0xDEADBEEFu;
+
+void Poison(float* buf, int n) {
+  for (int i = 0; i < n + 2 * kGuard; ++i) {
+    const uint32_t bits = (i < kGuard || i >= kGuard + n) ? kCanary : kSentinel;
+    memcpy(&buf[i], &bits, 4);
+  }
+}
+bool Untouched(const float* buf, int n, bool body) {
+  for (int i = 0; i < n + 2 * kGuard; ++i) {
+    const bool guard = i < kGuard || i >= kGuard + n;
+    if (!guard && !body) continue;
+    uint32_t bits;
+    memcpy(&bits, &buf[i], 4);
+    if (bits != (guard ? kCanary : kSentinel)) return false;
+  }
+  return true;
+}
+
+// ------------------------------------------------------------------- oracle
+bool Visible(const qkv_attention_desc& d, int64_t b, int64_t i, int64_t j) {
+  if ((d.mask & QKV_MASK_CAUSAL) && j > i + d.kv_len - d.q_len) return false;
+  if (d.mask & QKV_MASK_VALID_LENS) {
+    const int32_t len =
+        d.valid_lens[d.valid_lens_per_query ? b * d.q_len + i : b];
+    if (j >= len) return false;
+  }
+  return true;
+}
+
+void Oracle(const qkv_attention_desc& d) {
+  const int64_t group = d.q_heads / d.kv_heads;
+  const int64_t hd = d.head_dim, dv = d.value_dim, lk = d.kv_len;
+  const int64_t hidden = d.score == QKV_SCORE_ADDITIVE ? d.additive_hidden : 0;
+  for (int64_t r = 0; r < d.batch * d.kv_heads * lk && hidden > 0; ++r) {
+    for (int64_t u = 0; u < hidden; ++u) {
+      double acc = 0;
+      for (int64_t c = 0; c < hd; ++c) {
+        acc += static_cast<double>(d.additive_w_k[u * hd + c]) * g_k[r * hd + c];
+      }
+      g_kproj[r * hidden + u] = acc;
+    }
+  }
+  for (int64_t b = 0; b < d.batch; ++b) {
+    for (int64_t h = 0; h < d.q_heads; ++h) {
+      const int64_t kvh = b * d.kv_heads + h / group;
+      for (int64_t i = 0; i < d.q_len; ++i) {
+        const int64_t row = (b * d.q_heads + h) * d.q_len + i;
+        const float* q = g_q + row * hd;
+        double qproj[kMaxHidden];
+        for (int64_t u = 0; u < hidden; ++u) {
+          double acc = 0;
+          for (int64_t c = 0; c < hd; ++c) {
+            acc += static_cast<double>(d.additive_w_q[u * hd + c]) * q[c];
+          }
+          qproj[u] = acc;
+        }
+        double mx = -INFINITY;
+        bool any = false;
+        for (int64_t j = 0; j < lk; ++j) {
+          g_visible[j] = 0;
+          if (!Visible(d, b, i, j)) continue;
+          double bias = 0;
+          if (d.mask & QKV_MASK_BIAS) {
+            const float bv = d.bias[b * d.bias_batch_stride +
+                                    h * d.bias_head_stride + i * lk + j];
+            if (bv == -INFINITY) continue;
+            bias = bv;
+          }
+          const float* k = g_k + (kvh * lk + j) * hd;
+          double s = 0;
+          if (d.score == QKV_SCORE_DOT) {
+            for (int64_t c = 0; c < hd; ++c) s += static_cast<double>(q[c]) * k[c];
+            s *= d.scale;
+          } else if (d.score == QKV_SCORE_GAUSSIAN) {
+            for (int64_t c = 0; c < hd; ++c) {
+              const double e = static_cast<double>(q[c]) - k[c];
+              s += e * e;
+            }
+            s *= -static_cast<double>(d.scale);
+          } else {
+            const double* kp = g_kproj + (kvh * lk + j) * hidden;
+            for (int64_t u = 0; u < hidden; ++u) {
+              s += d.additive_w_v[u] * tanh(qproj[u] + kp[u]);
+            }
+          }
+          s += bias;
+          g_scores[j] = s;
+          g_visible[j] = 1;
+          if (!any || s > mx) mx = s;
+          any = true;
+        }
+        for (int64_t c = 0; c < dv; ++c) g_ref_out[row * dv + c] = 0;
+        for (int64_t j = 0; j < lk; ++j) g_ref_w[row * lk + j] = 0;
+        g_ref_lse[row] = -INFINITY;
+        if (!any) continue;
+        double sum = 0;
+        for (int64_t j = 0; j < lk; ++j) {
+          if (g_visible[j]) sum += (g_scores[j] = exp(g_scores[j] - mx));
+        }
+        g_ref_lse[row] = mx + log(sum);
+        for (int64_t j = 0; j < lk; ++j) {
+          if (!g_visible[j]) continue;
+          const double p = g_scores[j] / sum;
+          g_ref_w[row * lk + j] = p;
+          const float* v = g_v + (kvh * lk + j) * dv;
+          for (int64_t c = 0; c < dv; ++c) g_ref_out[row * dv + c] += p * v[c];
+        }
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------- checks
+// A serial "pool" that runs the tasks backwards, spread over its workers.
+void ReversePool(void* ctx, size_t n, qkv_task_fn fn, void* arg) {
+  const size_t workers = *static_cast<const size_t*>(ctx);
+  for (size_t t = n; t-- > 0;) fn(arg, t, t % workers);
+}
+
+size_t Rows(const qkv_attention_desc& d) {
+  return static_cast<size_t>(d.batch * d.q_heads * d.q_len);
+}
+
+// Runs `d` (inputs in g_q, g_k, g_v) on the current backend and compares
+// with the oracle: out within 5e-5 * max|v|, weights within 2e-5, lse within
+// 1e-5 * (1 + |lse|); -inf lse exactly. Also checks the workspace query
+// against QKV_REFERENCE_WORKSPACE_SIZE, a short workspace, and that 3
+// workers in reverse order give the same bits.
+void RunCase(const char* name, qkv_attention_desc d) {
+  g_case = name;
+  d.backend = g_backend;
+  const size_t rows = Rows(d);
+  const int n_out = static_cast<int>(rows * d.value_dim);
+  const int n_w = static_cast<int>(rows * d.kv_len);
+  const int n_v = static_cast<int>(d.batch * d.kv_heads * d.kv_len * d.value_dim);
+  if (n_out > kMaxOut || n_w > kMaxW || rows > kMaxRows || d.kv_len > kMaxKv) {
+    Check(false, "case too large for the buffers");
+    return;
+  }
+  Oracle(d);
+
+  // The macro holds for the microcontroller backends (on the host, the
+  // SIMD backends need more and are checked against the query only).
+  const bool mcu_backend =
+      strcmp(g_backend, "reference") == 0 || strcmp(g_backend, "helium") == 0;
+  const size_t ws = qkv_attention_workspace_size(&d);
+  const size_t want_ws = QKV_REFERENCE_WORKSPACE_SIZE(
+      d.kv_len, d.score == QKV_SCORE_ADDITIVE ? d.additive_hidden : 0, 1);
+  if (mcu_backend && ws != want_ws) {
+    Fail("workspace query != QKV_REFERENCE_WORKSPACE_SIZE", ws, want_ws);
+  }
+  if (ws > kMaxWs) {
+    Check(false, "workspace larger than the static buffer");
+    return;
+  }
+  float* out = g_out + kGuard;
+  float* w = g_w + kGuard;
+  float* lse = g_lse + kGuard;
+
+  // One byte short: refused, nothing written.
+  Poison(g_out, n_out);
+  Poison(g_w, n_w);
+  Poison(g_lse, static_cast<int>(rows));
+  qkv_status st = qkv_attention_f32(&d, g_q, g_k, g_v, out, w, lse, g_ws + 1, ws - 1);
+  if (st != QKV_ERR_WORKSPACE_TOO_SMALL) Fail("short workspace status", st, 2);
+  Check(Untouched(g_out, n_out, true) && Untouched(g_w, n_w, true) &&
+            Untouched(g_lse, static_cast<int>(rows), true),
+        "a refused call wrote an output");
+
+  memset(g_ws, 0xA5, sizeof g_ws);
+  st = qkv_attention_f32(&d, g_q, g_k, g_v, out, w, lse, g_ws + 1, ws);
+  if (st != QKV_OK) {
+    Fail("status", st, 0);
+    return;
+  }
+  Check(g_ws[0] == 0xA5, "wrote before the workspace");
+  for (size_t i = ws + 1; i < ws + 1 + 64 && i < sizeof g_ws; ++i) {
+    if (g_ws[i] != 0xA5) {
+      Check(false, "wrote past the workspace");
+      break;
+    }
+  }
+  Check(Untouched(g_out, n_out, false) && Untouched(g_w, n_w, false) &&
+            Untouched(g_lse, static_cast<int>(rows), false),
+        "wrote outside an output");
+
+  double max_v = 0;
+  for (int i = 0; i < n_v; ++i) {
+    // A plain compare: GCC 12's aarch64 vectorizer crashes on an fmax
+    // reduction here (internal compiler error in vect_transform_reduction).
+    const double a = fabs(static_cast<double>(g_v[i]));
+    if (a > max_v) max_v = a;
+  }
+  const double tol_out = 5e-5 * (max_v > 0 ? max_v : 1);
+  for (int i = 0; i < n_out; ++i) {
+    ++g_checks;
+    if (!(fabs(out[i] - g_ref_out[i]) <= tol_out)) {
+      Fail("out", out[i], g_ref_out[i]);
+      break;
+    }
+  }
+  for (int i = 0; i < n_w; ++i) {
+    ++g_checks;
+    if (!(fabs(w[i] - g_ref_w[i]) <= 2e-5)) {
+      Fail("weights", w[i], g_ref_w[i]);
+      break;
+    }
+  }
+  for (size_t i = 0; i < rows; ++i) {
+    ++g_checks;
+    const double want = g_ref_lse[i];
+    const bool ok = want == -INFINITY
+                        ? lse[i] == -INFINITY
+                        : fabs(lse[i] - want) <= 1e-5 * (1 + fabs(want));
+    if (!ok) {
+      Fail("lse", lse[i], want);
+      break;
+    }
+  }
+
+  // Three workers, tasks in reverse: bitwise the same (the macro covers the
+  // bigger workspace too).
+  static float out2[kMaxOut];
+  size_t workers = 3;
+  qkv_attention_desc dp = d;
+  dp.parallel_for = &ReversePool;
+  dp.parallel_ctx = &workers;
+  dp.num_workers = workers;
+  const size_t ws3 = qkv_attention_workspace_size(&dp);
+  const size_t want3 = QKV_REFERENCE_WORKSPACE_SIZE(
+      d.kv_len, d.score == QKV_SCORE_ADDITIVE ? d.additive_hidden : 0, 3);
+  if (mcu_backend && ws3 != want3) Fail("3-worker workspace != macro", ws3, want3);
+  if (ws3 <= sizeof g_ws) {
+    st = qkv_attention_f32(&dp, g_q, g_k, g_v, out2, nullptr, nullptr, g_ws, ws3);
+    Check(st == QKV_OK && memcmp(out, out2, n_out * sizeof(float)) == 0,
+          "3 workers in reverse order differ from one");
+  }
+}
+
+qkv_attention_desc Desc(int64_t b, int64_t hq, int64_t hkv, int64_t lq,
+                        int64_t lk, int64_t d, int64_t dv, uint32_t seed) {
+  qkv_attention_desc desc;
+  qkv_attention_desc_init(&desc, b, hq, hkv, lq, lk, d, dv);
+  if (b * hq * lq * d > kMaxIn || b * hkv * lk * d > kMaxIn ||
+      b * hkv * lk * dv > kMaxIn) {
+    g_case = "Desc";
+    Check(false, "inputs too large for the buffers");
+    desc.batch = 0;  // RunCase then fails on the status, nothing overflows
+    return desc;
+  }
+  g_rng = seed;
+  Fill(g_q, static_cast<int>(b * hq * lq * d), 1.0f);
+  Fill(g_k, static_cast<int>(b * hkv * lk * d), 1.0f);
+  Fill(g_v, static_cast<int>(b * hkv * lk * dv), 1.0f);
+  return desc;
+}
+
+void OracleCases() {
+  qkv_attention_desc d;
+  // Sizes around the 4-lane vectors (3, 4, 5, 7, 9) and the 16-row tasks.
+  d = Desc(1, 1, 1, 5, 7, 8, 6, 11);
+  RunCase("dot_plain", d);
+  d = Desc(2, 2, 2, 17, 9, 5, 7, 12);
+  RunCase("dot_b2_h2_q17", d);
+  d = Desc(1, 2, 2, 4, 13, 3, 9, 13);
+  d.mask = QKV_MASK_CAUSAL;
+  RunCase("causal_kv_longer", d);
+  d = Desc(1, 1, 1, 9, 9, 16, 4, 14);
+  d.mask = QKV_MASK_CAUSAL;
+  RunCase("causal_square", d);
+  d = Desc(1, 1, 1, 6, 3, 4, 4, 15);
+  d.mask = QKV_MASK_CAUSAL;  // q_len > kv_len: the first rows see nothing
+  RunCase("causal_fully_masked_rows", d);
+
+  d = Desc(3, 2, 1, 3, 10, 8, 5, 16);
+  d.mask = QKV_MASK_VALID_LENS;
+  g_lens[0] = 10, g_lens[1] = 0, g_lens[2] = 4;  // a whole batch masked
+  d.valid_lens = g_lens;
+  RunCase("valid_lens_per_batch", d);
+  d = Desc(2, 1, 1, 4, 8, 4, 4, 17);
+  d.mask = QKV_MASK_VALID_LENS;
+  const int32_t lens[8] = {8, 1, 0, 5, 3, 7, 2, 6};
+  memcpy(g_lens, lens, sizeof lens);
+  d.valid_lens = g_lens;
+  d.valid_lens_per_query = 1;
+  RunCase("valid_lens_per_query", d);
+
+  d = Desc(2, 2, 2, 5, 11, 6, 6, 18);
+  d.mask = QKV_MASK_BIAS;
+  g_rng = 99;
+  Fill(g_bias, 2 * 5 * 11, 2.0f);
+  for (int j = 0; j < 11; ++j) g_bias[2 * 11 + j] = -INFINITY;  // row 2 hidden
+  g_bias[11 + 3] = -INFINITY;
+  d.bias = g_bias;
+  d.bias_batch_stride = 0;  // broadcast over batch
+  d.bias_head_stride = 5 * 11;
+  RunCase("bias_neg_inf_rows", d);
+
+  d = Desc(2, 4, 2, 6, 9, 7, 5, 19);
+  d.mask = QKV_MASK_CAUSAL | QKV_MASK_VALID_LENS | QKV_MASK_BIAS;
+  g_lens[0] = 6, g_lens[1] = 9;
+  d.valid_lens = g_lens;
+  g_rng = 7;
+  Fill(g_bias, 6 * 9, 1.0f);
+  d.bias = g_bias;
+  RunCase("all_masks_gqa2", d);
+
+  d = Desc(1, 6, 1, 3, 12, 4, 8, 20);
+  RunCase("mqa_6_to_1", d);
+  d = Desc(1, 4, 2, 1, 15, 32, 32, 21);
+  d.mask = QKV_MASK_CAUSAL;
+  RunCase("decode_gqa2_d32", d);
+
+  d = Desc(1, 2, 1, 5, 9, 5, 3, 22);
+  d.score = QKV_SCORE_GAUSSIAN;
+  d.scale = 0.5f;
+  RunCase("gaussian", d);
+  d = Desc(1, 2, 2, 4, 6, 6, 4, 23);
+  d.score = QKV_SCORE_ADDITIVE;
+  d.additive_hidden = 5;
+  g_rng = 5;
+  Fill(g_wq, 5 * 6, 1.0f);
+  Fill(g_wk, 5 * 6, 1.0f);
+  Fill(g_wv, 5, 1.0f);
+  d.additive_w_q = g_wq;
+  d.additive_w_k = g_wk;
+  d.additive_w_v = g_wv;
+  d.mask = QKV_MASK_CAUSAL;
+  RunCase("additive_causal", d);
+
+  d = Desc(1, 1, 1, 4, 7, 4, 4, 24);
+  d.scale = 0.0f;
+  RunCase("scale_zero_average_pooling", d);
+  // Logits near 1e4: a naive exp overflows; softmax must not.
+  d = Desc(1, 1, 1, 4, 8, 8, 4, 25);
+  for (int i = 0; i < 4 * 8; ++i) g_q[i] *= 60.0f;
+  for (int i = 0; i < 8 * 8; ++i) g_k[i] *= 60.0f;
+  d.scale = 1.0f;
+  RunCase("huge_logits", d);
+  d = Desc(1, 1, 1, 16, 64, 4, 4, 26);  // the largest key count
+  d.mask = QKV_MASK_CAUSAL;
+  RunCase("kv64", d);
+}
+
+// ---------------------------------------------------------------- bad input
+void BadCase(const char* what, const qkv_attention_desc* d, const float* q,
+             const float* k, const float* v, float* out, void* ws,
+             size_t ws_size, qkv_status want) {
+  g_case = what;
+  Poison(g_out, kMaxOut);
+  Poison(g_w, kMaxW);
+  Poison(g_lse, kMaxRows);
+  const qkv_status st = qkv_attention_f32(d, q, k, v, out, g_w + kGuard,
+                                          g_lse + kGuard, ws, ws_size);
+  if (st != want) Fail("status", st, want);
+  Check(Untouched(g_out, kMaxOut, true) && Untouched(g_w, kMaxW, true) &&
+            Untouched(g_lse, kMaxRows, true),
+        "bad input wrote an output");
+}
+
+void BadInputCases() {
+  qkv_attention_desc good = Desc(1, 2, 1, 4, 5, 4, 4, 30);
+  // The reference backend, whose workspace fits g_ws on every build (a host
+  // SIMD backend may need more than g_ws, which would then overlap outputs).
+  good.backend = "reference";
+  float* out = g_out + kGuard;
+  const size_t ws = qkv_attention_workspace_size(&good);
+  const qkv_status kInvalid = QKV_ERR_INVALID_ARGUMENT;
+  qkv_attention_desc d;
+
+  BadCase("null_desc", nullptr, g_q, g_k, g_v, out, g_ws, ws, kInvalid);
+  BadCase("null_q", &good, nullptr, g_k, g_v, out, g_ws, ws, kInvalid);
+  BadCase("null_out", &good, g_q, g_k, g_v, nullptr, g_ws, ws, kInvalid);
+  d = good, d.struct_size = 0;
+  BadCase("struct_size_0", &d, g_q, g_k, g_v, out, g_ws, ws, kInvalid);
+  d = good, d.kv_len = 0;
+  BadCase("kv_len_0", &d, g_q, g_k, g_v, out, g_ws, ws, kInvalid);
+  d = good, d.head_dim = -1;
+  BadCase("head_dim_negative", &d, g_q, g_k, g_v, out, g_ws, ws, kInvalid);
+  d = good, d.q_heads = 3, d.kv_heads = 2;
+  BadCase("heads_not_divisible", &d, g_q, g_k, g_v, out, g_ws, ws, kInvalid);
+  d = good, d.mask = 8;
+  BadCase("unknown_mask_bit", &d, g_q, g_k, g_v, out, g_ws, ws, kInvalid);
+  d = good;
+  const int bad_score = 7;
+  memcpy(&d.score, &bad_score, sizeof bad_score);
+  BadCase("unknown_score", &d, g_q, g_k, g_v, out, g_ws, ws, kInvalid);
+  d = good, d.scale = NAN;
+  BadCase("nan_scale", &d, g_q, g_k, g_v, out, g_ws, ws, kInvalid);
+  d = good, d.batch = INT64_C(1) << 40, d.q_len = INT64_C(1) << 40;
+  BadCase("element_count_overflow", &d, g_q, g_k, g_v, out, g_ws, ws, kInvalid);
+  d = good, d.mask = QKV_MASK_VALID_LENS;
+  BadCase("valid_lens_null", &d, g_q, g_k, g_v, out, g_ws, ws, kInvalid);
+  g_lens[0] = 6;  // > kv_len
+  d.valid_lens = g_lens;
+  BadCase("valid_len_out_of_range", &d, g_q, g_k, g_v, out, g_ws, ws, kInvalid);
+  d = good, d.mask = QKV_MASK_BIAS;
+  BadCase("bias_null", &d, g_q, g_k, g_v, out, g_ws, ws, kInvalid);
+  d = good, d.score = QKV_SCORE_ADDITIVE, d.additive_hidden = 4;
+  BadCase("additive_without_weights", &d, g_q, g_k, g_v, out, g_ws, ws, kInvalid);
+  d = good, d.parallel_for = &ReversePool, d.num_workers = 0;
+  BadCase("pool_without_workers", &d, g_q, g_k, g_v, out, g_ws, ws, kInvalid);
+  BadCase("out_overlaps_q", &good, g_q, g_k, g_v, g_q + 4, g_ws, ws, kInvalid);
+  BadCase("null_workspace_nonzero_size", &good, g_q, g_k, g_v, out, nullptr,
+          ws, kInvalid);
+  d = good, d.backend = "no-such-backend";
+  BadCase("unknown_backend", &d, g_q, g_k, g_v, out, g_ws, ws,
+          QKV_ERR_UNSUPPORTED);
+  BadCase("workspace_too_small", &good, g_q, g_k, g_v, out, g_ws, ws - 1,
+          QKV_ERR_WORKSPACE_TOO_SMALL);
+  d = good, d.scale = INFINITY;  // invalid beats a small workspace
+  BadCase("invalid_before_workspace", &d, g_q, g_k, g_v, out, g_ws, 0, kInvalid);
+  Check(qkv_attention_workspace_size(nullptr) == 0, "workspace of NULL desc");
+  Check(qkv_status_string(static_cast<qkv_status>(42)) != nullptr,
+        "status string of an unknown value");
+}
+
+}  // namespace
+
+int main() {
+  printf("qkv %u.%u.%u on the MCU runner; backends:",
+         static_cast<unsigned>(qkv_version() >> 16),
+         static_cast<unsigned>((qkv_version() >> 8) & 255),
+         static_cast<unsigned>(qkv_version() & 255));
+  for (size_t i = 0; i < qkv_backend_count(); ++i) {
+    printf(" %s", qkv_backend_name(i));
+  }
+  printf("\n");
+  for (size_t i = 0; i < qkv_backend_count(); ++i) {
+    g_backend = qkv_backend_name(i);
+    // The buffers are sized for the microcontroller backends; on the host
+    // the GoogleTest suite covers the SIMD ones.
+    if (strcmp(g_backend, "reference") != 0 && strcmp(g_backend, "helium") != 0) {
+      printf("%s: skipped (not a microcontroller backend)\n", g_backend);
+      continue;
+    }
+    const int before = g_failures;
+    OracleCases();
+    printf("%s: oracle cases %s\n", g_backend,
+           g_failures == before ? "passed" : "FAILED");
+  }
+  g_backend = "reference";
+  BadInputCases();  // validation is the boundary's, the same for every backend
+  printf("%d checks, %d passed, %d failed\n", g_checks, g_checks - g_failures,
+         g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
