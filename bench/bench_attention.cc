@@ -1,24 +1,41 @@
 // Google Benchmark suite for qkv_attention_f32.
 //
-// Every shape runs every backend the library offers on this CPU (from
+// S1-S4 run every backend the library offers on this CPU (from
 // qkv_backend_name(i)), with 1 and 2 workers of a std::thread pool for the
 // fast backends, beside the OpenBLAS three-step baseline (1 and 2 workers) and
 // the scalar reference backend, all in the same run. Names are
 //   attention_f32/<shape>/<implementation>/workers:<n>
 // e.g. attention_f32/S2_prefill/highway:AVX3_DL/workers:1, and
 //   attention_f32/S2_prefill/openblas_3step/workers:1.
+// Two sweeps keep to fewer implementations and shorter runs (MinTime 0.1 s,
+// 3 repetitions, whatever the command line says):
+//   sweep_kv<n>  kv_len 128..16384, q_len 128, 4 heads, d 64: the default
+//                backend (1 and 2 workers), OpenBLAS, the reference if cheap
+//   sweep_d<n>   head_dim 32, 64, 80, 128, 256, q_len = kv_len = 512, 4 heads:
+//                the same plus every other SIMD backend at 1 worker
+// "Cheap": at most kReferenceMaxFlops per call for the reference and the
+// scalar Highway targets.
+// The machine's limits come first, measured by the same binary in the same
+// run (machine_limits.cc):
+//   limits/fma_peak/<target>/threads:<n>   multiply-add peak of each SIMD
+//                                          target (flop counter)
+//   limits/stream_read/256MiB/threads:<n>  sum of a 256 MiB float array
+//                                          (bytes counter)
 // bench/run.sh runs this binary with repetitions and turns the medians into a
-// table.
+// table, with each row's fraction of the limit that bounds it.
 //
 // Counters (rates use wall-clock time: every benchmark is UseRealTime):
 //   flop     FLOP/s, FLOPs = 4 * batch * heads * q_len * kv_len * d (half with
 //            causal), the convention of the Performance issue
 //   bytes    bytes/s of q + k + v + out (f32)
+//   kv_bytes bytes/s of K and V read (f32), once per call: S1 decode's figure
+//            of merit (with one query per head it streams K and V once)
 //   max_err  max |out - out_openblas| / max |v|, checked once per benchmark
 //            outside the timing loop (-1 when no OpenBLAS to compare with)
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -31,17 +48,21 @@
 #include <vector>
 
 #include "baseline_blas.h"
+#include "machine_limits.h"
 #include "qkv/qkv.h"
 #include "support/thread_pool.h"
 
 namespace qkv_bench {
 namespace {
 
+// Which implementations a shape runs (see the top of the file).
+enum class Kind { kMain, kScoreKind, kKvSweep, kDimSweep };
+
 struct Shape {
   std::string name;
   int64_t batch, heads, q_len, kv_len, head_dim;
   bool causal;
-  bool sweep;  // part of the kv_len sweep: fewer implementations
+  Kind kind;
   qkv_score score = QKV_SCORE_DOT;
   int64_t hidden = 0;  // QKV_SCORE_ADDITIVE: additive_hidden
 
@@ -71,6 +92,7 @@ struct Shape {
   double Bytes() const {
     return 4.0 * double(QFloats() + KFloats() + VFloats() + OutFloats());
   }
+  double KvBytes() const { return 4.0 * double(KFloats() + VFloats()); }
 };
 
 // 64-byte aligned float buffer, allocated once and kept for the whole run.
@@ -198,6 +220,8 @@ void SetCounters(benchmark::State& state, const Shape& s, double max_err) {
       benchmark::Counter(s.Flops() * iters, benchmark::Counter::kIsRate);
   state.counters["bytes"] =
       benchmark::Counter(s.Bytes() * iters, benchmark::Counter::kIsRate);
+  state.counters["kv_bytes"] =
+      benchmark::Counter(s.KvBytes() * iters, benchmark::Counter::kIsRate);
   state.counters["pairs"] =
       benchmark::Counter(s.Pairs() * iters, benchmark::Counter::kIsRate);
   state.counters["max_err"] = benchmark::Counter(max_err);
@@ -303,23 +327,28 @@ void RunBlas(benchmark::State& state, BlasCase* c) {
 
 std::vector<Shape> Shapes() {
   std::vector<Shape> v = {
-      {"S1_decode", 1, 32, 1, 4096, 128, false, false},
-      {"S2_prefill", 1, 8, 1024, 1024, 64, true, false},
-      {"S3_small", 1, 4, 128, 128, 64, false, false},
-      {"S4_toy", 1, 1, 4, 4, 2, false, false},
+      {"S1_decode", 1, 32, 1, 4096, 128, false, Kind::kMain},
+      {"S2_prefill", 1, 8, 1024, 1024, 64, true, Kind::kMain},
+      {"S3_small", 1, 4, 128, 128, 64, false, Kind::kMain},
+      {"S4_toy", 1, 1, 4, 4, 2, false, Kind::kMain},
   };
   // The other score kinds on S3's shape: the default backend and the
   // reference (the 3-step baseline has no counterpart).
-  Shape gaussian = {"S3_gaussian", 1, 4, 128, 128, 64, false, true};
+  Shape gaussian = {"S3_gaussian", 1, 4, 128, 128, 64, false, Kind::kScoreKind};
   gaussian.score = QKV_SCORE_GAUSSIAN;
   v.push_back(gaussian);
-  Shape additive = {"S3_additive_h64", 1, 4, 128, 128, 64, false, true};
+  Shape additive = {"S3_additive_h64", 1,     4, 128, 128, 64,
+                    false,             Kind::kScoreKind};
   additive.score = QKV_SCORE_ADDITIVE;
   additive.hidden = 64;
   v.push_back(additive);
-  for (int64_t kv = 128; kv <= 4096; kv *= 2) {
-    v.push_back(
-        {"sweep_kv" + std::to_string(kv), 1, 4, 128, kv, 64, false, true});
+  for (int64_t kv = 128; kv <= 16384; kv *= 2) {
+    v.push_back({"sweep_kv" + std::to_string(kv), 1, 4, 128, kv, 64, false,
+                 Kind::kKvSweep});
+  }
+  for (int64_t d : {32, 64, 80, 128, 256}) {
+    v.push_back({"sweep_d" + std::to_string(d), 1, 4, 512, 512, d, false,
+                 Kind::kDimSweep});
   }
   return v;
 }
@@ -327,8 +356,132 @@ std::vector<Shape> Shapes() {
 // The scalar reference is slow on the big shapes: one call per repetition and
 // three repetitions (the median still exists) instead of the command line's.
 constexpr double kSlowReferenceFlops = 5e7;
+// On the sweeps the reference and the scalar SIMD targets run only up to this
+// many FLOPs per call (about 0.1 s for them).
+constexpr double kReferenceMaxFlops = 2e8;
+// The sweeps' shorter runs.
+constexpr double kSweepMinTime = 0.1;
+constexpr int kSweepRepetitions = 3;
+
+// Backends with no SIMD: as slow as the reference.
+bool IsScalarBackend(const std::string& name) {
+  return name == "reference" || name.find("SCALAR") != std::string::npos ||
+         name.find("EMU128") != std::string::npos ||
+         name.find("scalar") != std::string::npos;
+}
+
+// ---------------------------------------------------------------- limits
+
+// Steps of the multiply-add loop per thread and iteration: a few ms on every
+// target, so waking the second thread costs nothing in comparison.
+constexpr int64_t kPeakSteps = int64_t{1} << 20;
+// Read at run time, so the compiler cannot fold the loop.
+volatile float g_peak_m = 0.999f;
+volatile float g_peak_a = 0.001f;
+
+struct PeakRun {
+  PeakTarget target;
+  float m, a;
+  float sink[4];
+
+  static void Task(void* arg, size_t task, size_t /*worker*/) {
+    PeakRun& r = *static_cast<PeakRun*>(arg);
+    r.sink[task] = r.target.run(kPeakSteps, r.m, r.a);
+  }
+};
+
+void RunPeak(benchmark::State& state, PeakTarget target, size_t threads) {
+  PeakRun run{target, g_peak_m, g_peak_a, {0, 0, 0, 0}};
+  qkv_test::ThreadPool& pool = Pool(threads);
+  // The first limit measured pays for an idle machine's low clock (the
+  // first AVX-512 peak came out 15% low): half a second of the same loop on
+  // every core before it.
+  static bool warmed = false;
+  if (!warmed) {
+    warmed = true;
+    PeakRun warm = run;
+    qkv_test::ThreadPool& all = Pool(2);
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+    while (std::chrono::steady_clock::now() < until) {
+      all.Run(2, &PeakRun::Task, &warm);
+    }
+  }
+  pool.Run(threads, &PeakRun::Task, &run);  // warm-up: wakes the pool
+  for (auto _ : state) {
+    pool.Run(threads, &PeakRun::Task, &run);
+    benchmark::DoNotOptimize(run.sink);
+  }
+  state.counters["flop"] = benchmark::Counter(
+      target.FlopsPerStep() * double(kPeakSteps) * double(threads) *
+          double(state.iterations()),
+      benchmark::Counter::kIsRate);
+}
+
+// The streaming read: 256 MiB, well past L2 (and most of any L3 share), in
+// chunks handed out to the pool's threads.
+constexpr size_t kStreamFloats = (size_t{256} << 20) / sizeof(float);
+constexpr size_t kStreamChunks = 64;
+
+const float* StreamBuffer() {
+  static Buffer buffer;
+  if (!buffer) {
+    buffer = AllocFloats(kStreamFloats);
+    // Written, not just zeroed pages: every page is backed by its own memory.
+    for (size_t i = 0; i < kStreamFloats; ++i) buffer.get()[i] = 1.0f;
+  }
+  return buffer.get();
+}
+
+struct StreamRun {
+  const float* p;
+  float sink[kStreamChunks];
+
+  static void Task(void* arg, size_t task, size_t /*worker*/) {
+    StreamRun& r = *static_cast<StreamRun*>(arg);
+    constexpr size_t kChunk = kStreamFloats / kStreamChunks;
+    r.sink[task] = StreamSum(r.p + task * kChunk, kChunk);
+  }
+};
+
+void RunStream(benchmark::State& state, size_t threads) {
+  StreamRun run;
+  run.p = StreamBuffer();
+  qkv_test::ThreadPool& pool = Pool(threads);
+  pool.Run(kStreamChunks, &StreamRun::Task, &run);  // warm-up
+  for (auto _ : state) {
+    pool.Run(kStreamChunks, &StreamRun::Task, &run);
+    benchmark::DoNotOptimize(run.sink);
+  }
+  state.counters["bytes"] = benchmark::Counter(
+      double(kStreamFloats * sizeof(float)) * double(state.iterations()),
+      benchmark::Counter::kIsRate);
+}
+
+void RegisterLimits() {
+  PeakTarget targets[16];
+  const size_t n = PeakTargets(targets, 16);
+  for (size_t threads : {size_t(1), size_t(2)}) {
+    for (size_t i = 0; i < n; ++i) {
+      const std::string name = std::string("limits/fma_peak/") +
+                               targets[i].name +
+                               "/threads:" + std::to_string(threads);
+      benchmark::RegisterBenchmark(name.c_str(), RunPeak, targets[i], threads)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+    const std::string name =
+        "limits/stream_read/256MiB/threads:" + std::to_string(threads);
+    benchmark::RegisterBenchmark(name.c_str(), RunStream, threads)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
+// ---------------------------------------------------------------- attention
 
 void RegisterAll() {
+  RegisterLimits();
   std::vector<std::string> backends;
   for (size_t i = 0; i < qkv_backend_count(); ++i) {
     const char* name = qkv_backend_name(i);
@@ -337,13 +490,33 @@ void RegisterAll() {
   const bool blas = BlasAvailable();
   for (const Shape& s : Shapes()) {
     const std::string prefix = "attention_f32/" + s.name + "/";
+    const bool sweep = s.kind == Kind::kKvSweep || s.kind == Kind::kDimSweep;
+    auto shorten = [&](benchmark::internal::Benchmark* bm) {
+      if (sweep) bm->MinTime(kSweepMinTime)->Repetitions(kSweepRepetitions);
+    };
     for (size_t b = 0; b < backends.size(); ++b) {
       const std::string& be = backends[b];
       const bool reference = be == "reference";
-      // The sweep keeps to the default (best) backend and the reference.
-      if (s.sweep && b != 0 && !reference) continue;
-      const std::vector<size_t> worker_counts =
-          reference ? std::vector<size_t>{0} : std::vector<size_t>{1, 2};
+      const bool scalar = IsScalarBackend(be);
+      std::vector<size_t> worker_counts = {1, 2};
+      if (reference) worker_counts = {0};
+      switch (s.kind) {
+        case Kind::kMain:
+          break;
+        case Kind::kScoreKind:
+          // The default (best) backend and the reference.
+          if (b != 0 && !reference) continue;
+          break;
+        case Kind::kKvSweep:
+        case Kind::kDimSweep:
+          if (scalar && s.Flops() > kReferenceMaxFlops) continue;
+          if (b != 0 && !reference) {
+            // The other SIMD targets: the head_dim sweep only, 1 worker.
+            if (s.kind == Kind::kKvSweep) continue;
+            worker_counts = {1};
+          }
+          break;
+      }
       for (size_t w : worker_counts) {
         QkvCase* c = new QkvCase{s, be, w, nullptr};  // lives for the run
         const std::string name =
@@ -351,8 +524,10 @@ void RegisterAll() {
         benchmark::internal::Benchmark* bm =
             benchmark::RegisterBenchmark(name.c_str(), RunQkv, c);
         bm->UseRealTime()->Unit(benchmark::kMicrosecond);
-        if (reference && s.Flops() >= kSlowReferenceFlops) {
+        if (scalar && s.Flops() >= kSlowReferenceFlops) {
           bm->Iterations(1)->Repetitions(3);
+        } else {
+          shorten(bm);
         }
       }
     }
@@ -361,9 +536,10 @@ void RegisterAll() {
         BlasCase* c = new BlasCase{s, w, nullptr};
         const std::string name =
             prefix + "openblas_3step/workers:" + std::to_string(w);
-        benchmark::RegisterBenchmark(name.c_str(), RunBlas, c)
-            ->UseRealTime()
-            ->Unit(benchmark::kMicrosecond);
+        benchmark::internal::Benchmark* bm =
+            benchmark::RegisterBenchmark(name.c_str(), RunBlas, c);
+        bm->UseRealTime()->Unit(benchmark::kMicrosecond);
+        shorten(bm);
       }
     }
   }
@@ -392,6 +568,9 @@ void AddContext() {
   } else {
     benchmark::AddCustomContext("openblas_config", "not built");
   }
+  benchmark::AddCustomContext("simd_best_target", BestTargetName());
+  benchmark::AddCustomContext(
+      "pool_spin_us", std::to_string(qkv_test::ThreadPool::kSpinMicros));
 }
 
 }  // namespace

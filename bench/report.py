@@ -1,0 +1,393 @@
+#!/usr/bin/python3
+"""Turns qkv_bench's Google Benchmark JSON into the report bench/run.sh prints.
+
+    report.py REPORT_JSON OUT_DIR MODEL NPROC ELAPSED_S
+
+Writes OUT_DIR/report.md (the tables printed here) and, when matplotlib is
+there (Debian's python3-matplotlib), OUT_DIR/kv_sweep.png and
+OUT_DIR/head_dim_sweep.png.
+
+Every attention row is set against the machine limit that bounds it,
+measured by the same binary in the same run (limits/...):
+  - GFLOP/s against the multiply-add peak of the SIMD target the row's code
+    uses, with as many threads as the row has workers: highway:AVX3 and
+    xsimd:avx512* -> AVX3 (AVX-512), *AVX2 -> AVX2, *SSE4 -> SSE4, the scalar
+    targets and the reference (scalar code) -> SCALAR, OpenBLAS -> the best
+    target (its SkylakeX kernels are AVX-512);
+  - S1 decode (one query per head: it streams K and V once) instead as GB/s
+    of K+V read against the streaming-read limit, 1 thread for workers:1 and
+    2 threads for workers:2.
+"""
+import json
+import os
+import re
+import sys
+
+TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
+TARGET_ORDER = ["AVX3_DL", "AVX3", "AVX2", "SSE4", "SSSE3", "NEON", "SVE",
+                "SVE2", "WASM", "EMU128", "SCALAR"]
+TARGET_LABEL = {"AVX3": "AVX-512", "AVX3_DL": "AVX-512 (DL)", "AVX2": "AVX2",
+                "SSE4": "SSE4", "SCALAR": "scalar"}
+SECTIONS = [
+    ("S1-S4 and the other score kinds",
+     lambda s: not s.startswith("sweep_")),
+    ("kv_len sweep: q_len 128, 4 heads, d 64, f32 (shorter runs: 3 x 0.1 s)",
+     lambda s: s.startswith("sweep_kv")),
+    ("head_dim sweep: q_len = kv_len = 512, 4 heads, f32 (shorter runs: "
+     "3 x 0.1 s)", lambda s: s.startswith("sweep_d")),
+]
+
+
+def time_us(b):
+    return b["real_time"] * TO_US[b.get("time_unit", "ns")]
+
+
+def fmt_time(us):
+    if us < 1:
+        return "%.0f ns" % (us * 1e3)
+    if us < 1e3:
+        return "%.3g us" % us
+    if us < 1e6:
+        return "%.3g ms" % (us / 1e3)
+    return "%.3g s" % (us / 1e6)
+
+
+def fmt_rate(x):
+    return "%.2f" % x if x < 10 else "%.1f" % x
+
+
+def fmt_pct(x):
+    return "%.1f%%" % x if x < 9.95 else "%.0f%%" % x
+
+
+def fmt_speedup(base, t):
+    return "-" if base is None else "%.2fx" % (base / t)
+
+
+def load(report_path):
+    with open(report_path) as f:
+        report = json.load(f)
+    medians, cvs, errors, order = {}, {}, {}, []
+    for b in report.get("benchmarks", []):
+        parts = b.get("run_name", b["name"]).split("/")
+        if len(parts) < 4:
+            continue
+        if parts[0] == "limits":
+            # limits/<kind>/<what>/threads:<n>
+            key = ("limits", parts[1], parts[2],
+                   int(parts[3].split(":")[1]))
+        elif parts[3].startswith("workers:"):
+            # attention_f32/<shape>/<implementation>/workers:<n>
+            key = (parts[0], parts[1], parts[2], int(parts[3].split(":")[1]))
+        else:
+            continue
+        if key not in order:
+            order.append(key)
+        if b.get("error_occurred"):
+            errors[key] = b.get("error_message", "error")
+            continue
+        if b.get("run_type") != "aggregate":
+            continue
+        if b.get("aggregate_name") == "median":
+            medians[key] = b
+        elif b.get("aggregate_name") == "cv":
+            cvs[key] = b.get("real_time", 0.0)  # a fraction
+    return report.get("context", {}), medians, cvs, errors, order
+
+
+class Limits:
+    def __init__(self, medians):
+        self.peak = {}    # (target, threads) -> GFLOP/s
+        self.stream = {}  # threads -> GB/s
+        for (kind, what, name, threads), b in medians.items():
+            if kind != "limits":
+                continue
+            if what == "fma_peak":
+                self.peak[(name, threads)] = b.get("flop", 0.0) / 1e9
+            elif what == "stream_read":
+                self.stream[threads] = b.get("bytes", 0.0) / 1e9
+        self.targets = sorted({t for t, _ in self.peak},
+                              key=lambda t: TARGET_ORDER.index(t)
+                              if t in TARGET_ORDER else 99)
+
+    def best(self):
+        return self.targets[0] if self.targets else None
+
+    def target_of(self, impl):
+        """The peak (a Highway target name) that bounds an implementation."""
+        if impl == "openblas_3step":
+            return self.best()
+        if impl == "reference":
+            return "SCALAR" if "SCALAR" in self.targets else None
+        engine, _, target = impl.partition(":")
+        t = target.lower()
+        if engine == "highway":
+            name = target
+        elif "avx512" in t or "avx3" in t:
+            name = "AVX3"
+        elif "avx2" in t or "fma3" in t or t == "avx":
+            name = "AVX2"
+        elif "sse" in t:
+            name = "SSE4"
+        elif "neon" in t:
+            name = "NEON"
+        elif "scalar" in t or "emu128" in t or "generic" in t:
+            name = "SCALAR"
+        else:
+            name = target
+        if name in self.targets:
+            return name
+        if name.startswith("AVX3") and "AVX3" in self.targets:
+            return "AVX3"
+        if name in ("SSSE3", "EMU128") and "SSE4" in self.targets:
+            return "SSE4"
+        return None
+
+    def peak_of(self, target, threads):
+        if target is None:
+            return None
+        p = self.peak.get((target, threads))
+        if p is None and (target, 1) in self.peak:
+            p = self.peak[(target, 1)] * threads
+        return p
+
+    def lines(self):
+        out = ["## Machine limits (measured in this run, medians)", ""]
+        if not self.peak and not self.stream:
+            return out + ["(none measured: run without --benchmark_filter)", ""]
+        head = "| limit | 1 thread | 2 threads |"
+        out += [head, "|---|--:|--:|"]
+        for t in self.targets:
+            label = TARGET_LABEL.get(t, t)
+            fma = "FMA" if t not in ("SSE4", "SSSE3", "SCALAR", "EMU128") \
+                else "mul+add"
+            out.append("| %s %s peak (%s), GFLOP/s | %s | %s |" % (
+                label, fma, t,
+                fmt_rate(self.peak.get((t, 1), 0.0)),
+                fmt_rate(self.peak.get((t, 2), 0.0))))
+        out.append("| streaming read of 256 MiB, GB/s | %s | %s |" % (
+            fmt_rate(self.stream.get(1, 0.0)),
+            fmt_rate(self.stream.get(2, 0.0))))
+        return out + [""]
+
+
+def attention_rows(medians, cvs, errors, order, limits, keep):
+    """The table rows of the attention benchmarks whose shape `keep` accepts."""
+    att = {k[1:]: b for k, b in medians.items() if k[0] == "attention_f32"}
+    blas = {(s, w): time_us(b) for (s, i, w), b in att.items()
+            if i == "openblas_3step"}
+    ref = {s: time_us(b) for (s, i, w), b in att.items() if i == "reference"}
+    table = []
+    for key in order:
+        if key[0] != "attention_f32" or not keep(key[1]):
+            continue
+        shape, impl, workers = key[1:]
+        if key in errors and key not in medians:
+            table.append([shape, impl, str(workers), "ERROR: " + errors[key]]
+                         + [""] * 10)
+            continue
+        if key not in medians:
+            continue
+        b = medians[key]
+        t = time_us(b)
+        err = b.get("max_err", -1.0)
+        gflops = b.get("flop", 0.0) / 1e9
+        decode = shape.startswith("S1")
+        kv_gbs = b.get("kv_bytes", 0.0) / 1e9
+        if decode:
+            lim = limits.stream.get(workers)
+            pct = "-" if not lim else fmt_pct(100 * kv_gbs / lim)
+            bound = "read %dT" % workers if lim else "-"
+        else:
+            target = limits.target_of(impl)
+            peak = limits.peak_of(target, workers)
+            pct = "-" if not peak else fmt_pct(100 * gflops / peak)
+            bound = "%s %dT" % (target, workers) if peak else "-"
+        table.append([
+            shape, impl, str(workers), fmt_time(t),
+            "%.1f%%" % (100 * cvs[key]) if key in cvs else "",
+            fmt_rate(gflops), fmt_rate(b.get("bytes", 0.0) / 1e9),
+            fmt_rate(kv_gbs) if decode else "-",
+            pct, bound,
+            "-" if impl == "openblas_3step"
+            else fmt_speedup(blas.get((shape, workers)), t),
+            "-" if impl == "reference" else fmt_speedup(ref.get(shape), t),
+            "-" if impl == "openblas_3step" or err < 0 else "%.1e" % err,
+        ])
+    return table
+
+
+HEADER = ["shape", "implementation", "workers", "median time", "cv",
+          "GFLOP/s", "GB/s", "K+V GB/s", "% of peak", "peak used",
+          "vs OpenBLAS 3-step", "vs reference", "max err"]
+RIGHT = {2, 3, 4, 5, 6, 7, 8, 10, 11, 12}
+
+
+def markdown(table):
+    widths = [max(len(r[i]) for r in table + [HEADER])
+              for i in range(len(HEADER))]
+
+    def line(cells):
+        return "| " + " | ".join(
+            c.rjust(widths[i]) if i in RIGHT else c.ljust(widths[i])
+            for i, c in enumerate(cells)) + " |"
+
+    sep = "|" + "|".join(("-" * (w + 1) + ":") if i in RIGHT
+                         else ("-" * (w + 2))
+                         for i, w in enumerate(widths)) + "|"
+    return [line(HEADER), sep] + [line(r) for r in table]
+
+
+def series(medians, prefix):
+    """{(impl, workers): [(x, GFLOP/s)]} of one sweep, x from the shape."""
+    out = {}
+    for (kind, shape, impl, workers), b in medians.items():
+        if kind != "attention_f32" or not shape.startswith(prefix):
+            continue
+        m = re.match(prefix + r"(\d+)$", shape)
+        if not m:
+            continue
+        out.setdefault((impl, workers), []).append(
+            (int(m.group(1)), b.get("flop", 0.0) / 1e9))
+    for v in out.values():
+        v.sort()
+    return out
+
+
+def plot(medians, order, limits, out_dir, model):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("no matplotlib (apt-get install python3-matplotlib): no plots")
+        return []
+    written = []
+    best = limits.best()
+
+    # One color per implementation (its 1- and 2-worker lines share it:
+    # solid and dashed); red and gray are OpenBLAS's and the reference's.
+    palette = ["tab:blue", "tab:orange", "tab:green", "tab:purple",
+               "tab:brown", "tab:pink", "tab:cyan", "tab:olive", "navy",
+               "gold", "teal", "magenta"]
+    impls = []  # in the benchmark's order: the default backend first
+    for k in order:
+        if k[0] == "attention_f32" and k[2] not in impls + [
+                "openblas_3step", "reference"]:
+            impls.append(k[2])
+    colors = {impl: palette[i % len(palette)] for i, impl in enumerate(impls)}
+    colors["openblas_3step"] = "tab:red"
+    colors["reference"] = "tab:gray"
+
+    def style(impl, workers):
+        marker = {"openblas_3step": "s", "reference": "x"}.get(
+            impl, "^" if impl.startswith("xsimd") else "o")
+        return dict(color=colors[impl], marker=marker,
+                    linestyle="-" if workers == 1 else "--")
+
+    def draw(prefix, xlabel, title, fname, log2, peaks):
+        data = series(medians, prefix)
+        if not data:
+            return
+        fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
+        rank = {impl: i for i, impl in enumerate(
+            impls + ["openblas_3step", "reference"])}
+        for impl, workers in sorted(data, key=lambda k: (rank[k[0]], k[1])):
+            pts = data[(impl, workers)]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts],
+                    label="%s, %d worker%s" % (impl, workers,
+                                               "s" if workers > 1 else ""),
+                    **style(impl, workers))
+        for target, threads, ls in peaks:
+            p = limits.peak.get((target, threads))
+            if p:
+                ax.axhline(p, color="black" if target == best else "darkgray",
+                           linestyle=ls, linewidth=1)
+                ax.annotate("%s peak, %d thread%s: %.0f GFLOP/s" % (
+                    TARGET_LABEL.get(target, target), threads,
+                    "s" if threads > 1 else "", p),
+                    xy=(0.01, p), xycoords=("axes fraction", "data"),
+                    xytext=(0, 3), textcoords="offset points", fontsize=8)
+        xs = sorted({p[0] for v in data.values() for p in v})
+        if log2:
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(xs)
+        ax.set_xticklabels([str(x) for x in xs])
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("GFLOP/s (median)")
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.set_title(title + "\n" + model, fontsize=10)
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        fig.tight_layout()
+        path = os.path.join(out_dir, fname)
+        fig.savefig(path)
+        plt.close(fig)
+        written.append(path)
+
+    draw("sweep_kv", "kv_len (keys)",
+         "qkv attention f32: kv_len sweep (q_len 128, 4 heads, d 64)",
+         "kv_sweep.png", True,
+         [(best, 1, "-"), (best, 2, ":")])
+    others = [(t, 1, "-.") for t in limits.targets
+              if t != best and t in ("AVX2", "SSE4")]
+    draw("sweep_d", "head_dim",
+         "qkv attention f32: head_dim sweep (q_len = kv_len = 512, 4 heads)",
+         "head_dim_sweep.png", False,
+         [(best, 1, "-"), (best, 2, ":")] + others)
+    return written
+
+
+def main():
+    report_path, out_dir, model, nproc, elapsed = sys.argv[1:6]
+    ctx, medians, cvs, errors, order = load(report_path)
+    limits = Limits(medians)
+    lines = [
+        "# qkv benchmark",
+        "",
+        "- machine: %s, %s cores (nproc); %s" % (model or "unknown CPU", nproc,
+                                                 ctx.get("date", "")),
+        "- qkv %s, default backend %s; backends: %s" % (
+            ctx.get("qkv_version", "?"), ctx.get("qkv_backend", "?"),
+            ctx.get("qkv_backends", "?")),
+        "- OpenBLAS: %s (core %s, OPENBLAS_CORETYPE=%s), 1 thread per worker"
+        % (ctx.get("openblas_config", "?"), ctx.get("openblas_corename", "?"),
+           ctx.get("openblas_coretype_env", "")),
+        "- f32, medians of the repetitions (cv: their spread), wall-clock "
+        "time; the run took %ss" % elapsed,
+        "",
+    ]
+    lines += limits.lines()
+    lines += [
+        "- GFLOP/s: 4*batch*heads*q_len*kv_len*d per call (half with causal); "
+        "for additive scores 3*hidden+2*d per (query, key) pair",
+        "- GB/s: q+k+v+out bytes per call; K+V GB/s (S1 decode, its figure "
+        "of merit): K and V bytes read per call",
+        "- %% of peak: GFLOP/s / the multiply-add peak of the SIMD target in "
+        "'peak used' with as many threads as workers (highway:X -> X, "
+        "xsimd:avx512f -> AVX3, reference -> SCALAR, OpenBLAS -> %s); "
+        "S1 decode: K+V GB/s / the streaming read with as many threads "
+        "('read 1T', 'read 2T')" % (limits.best() or "-"),
+        "- vs OpenBLAS 3-step: its median time / this one, same shape and "
+        "same workers; vs reference: the single-threaded reference backend's "
+        "time / this one",
+        "- max err: max |out - OpenBLAS out| / max |v|, checked once outside "
+        "the timing",
+        "",
+    ]
+    for title, keep in SECTIONS:
+        table = attention_rows(medians, cvs, errors, order, limits, keep)
+        if table:
+            lines += ["## " + title, ""] + markdown(table) + [""]
+    text = "\n".join(lines)
+    sys.stdout.write(text)
+    md_path = os.path.join(out_dir, "report.md")
+    with open(md_path, "w") as f:
+        f.write(text)
+    pictures = plot(medians, order, limits, out_dir, model)
+    print("wrote %s and %s%s" % (report_path, md_path, "".join(
+        " and " + p for p in pictures)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1090 @@
+// libFuzzer target for the C ABI: qkv_attention_desc built from the input
+// bytes (every field, hostile sizes, strides, masks, valid lengths, bias,
+// NaN/Inf scale and inputs, odd struct_size values, tiny or missing
+// workspaces, backend names real and garbage, caller thread pools that run
+// tasks in odd orders), called with exact-size heap buffers so that
+// AddressSanitizer sees any read or write past them.
+//
+// Checked on every input:
+//  - the status is one of the four pinned values, and it is the status the
+//    contract predicts wherever the contract pins it (an independent model
+//    of the bad-input table below, written from the README, not the code);
+//  - a call that fails writes nothing to out, weights or lse (sentinel-filled
+//    and compared bit for bit), never calls the caller's pool, and the
+//    workspace query agrees (0 for an invalid descriptor);
+//  - no input buffer changes;
+//  - a call that succeeds wrote every output element, called the pool at
+//    most once, is bitwise identical to the same call without a pool, and,
+//    when every input is finite and no score can overflow, has finite out
+//    and weights in [0, 1] and agrees with the reference engine
+//    (desc.backend = "reference") within the Core bound: 5e-5 * max|v| on
+//    out and 2e-5 on weights (widened only by the propagated f32 rounding of
+//    the scores when scale * |q| * |k| is large; see ScoreErrorBound).
+// Descriptors whose buffers would exceed kCapFloats (1 MiB) or whose work
+// exceeds kCapWork are still called, with tiny buffers and no workspace, when
+// the library must refuse them before reading the data.
+//
+// Input format (bytes read in order; missing bytes read as 0): see Decode().
+// tests/reliability/make_corpus.py writes seeds in this format.
+//
+// Set QKV_FUZZ_VERBOSE=1 to print each decoded case (for the replay), and
+// QKV_FUZZ_SKIP_BACKENDS=name,name to skip calls forced onto those backends
+// (to fuzz on past a known, reported bug; never in CTest).
+#include <float.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "qkv/qkv.h"
+
+namespace {
+
+constexpr size_t kCapFloats = size_t{1} << 18;  // 1 MiB over all buffers
+constexpr double kCapWork = 3e6;                // multiply-adds per call
+constexpr size_t kMaxStruct = 8192;             // descriptor bytes we give
+constexpr size_t kCapWorkspace = size_t{1} << 24;  // larger: none is given
+constexpr uint32_t kSentinelBits = 0x7FBADBADu;  // a signalling NaN
+
+bool Verbose() {
+  static const bool v = getenv("QKV_FUZZ_VERBOSE") != nullptr;
+  return v;
+}
+
+bool Skipped(const char* backend) {
+  static const char* const skip = getenv("QKV_FUZZ_SKIP_BACKENDS");
+  if (skip == nullptr || backend == nullptr || backend[0] == '\0') {
+    return false;
+  }
+  const size_t n = strlen(backend);
+  for (const char* at = strstr(skip, backend); at != nullptr;
+       at = strstr(at + 1, backend)) {
+    const bool starts = at == skip || at[-1] == ',';
+    const bool ends = at[n] == '\0' || at[n] == ',';
+    if (starts && ends) return true;
+  }
+  return false;
+}
+
+[[noreturn]] void Fail(const char* what, long long a = 0, long long b = 0) {
+  fprintf(stderr, "qkv fuzz: CHECK FAILED: %s (%lld, %lld)\n", what, a, b);
+  abort();
+}
+#define CHECK(cond, ...) \
+  do {                   \
+    if (!(cond)) Fail(#cond " : " __VA_ARGS__); \
+  } while (0)
+
+// ---------------------------------------------------------------- input
+class Input {
+ public:
+  Input(const uint8_t* data, size_t size) : p_(data), n_(size) {}
+  uint8_t U8() {
+    if (n_ == 0) return 0;
+    --n_;
+    return *p_++;
+  }
+  uint16_t U16() { return static_cast<uint16_t>(U8() | (U8() << 8)); }
+  uint32_t U32() { return U16() | (static_cast<uint32_t>(U16()) << 16); }
+  uint64_t U64() { return U32() | (static_cast<uint64_t>(U32()) << 32); }
+  float F32() {
+    const uint32_t u = U32();
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+  }
+
+ private:
+  const uint8_t* p_;
+  size_t n_;
+};
+
+// Deterministic data from the input's seed (so a short input can describe a
+// large buffer).
+struct Rng {
+  uint64_t s;
+  uint64_t Next() {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  }
+  float Uniform(float lo, float hi) {
+    const float u = static_cast<float>(Next() >> 40) / 16777216.0f;
+    return lo + (hi - lo) * u;
+  }
+};
+
+// ---------------------------------------------------------------- model
+// Field end offsets of the descriptor, from the public header.
+struct Field {
+  size_t offset, size;
+};
+#define QKV_F(name)                               \
+  Field {                                         \
+    offsetof(qkv_attention_desc, name),           \
+        sizeof(((qkv_attention_desc*)nullptr)->name) \
+  }
+const Field kFields[] = {
+    QKV_F(struct_size),  QKV_F(batch),        QKV_F(q_heads),
+    QKV_F(kv_heads),     QKV_F(q_len),        QKV_F(kv_len),
+    QKV_F(head_dim),     QKV_F(value_dim),    QKV_F(score),
+    QKV_F(scale),        QKV_F(mask),         QKV_F(valid_lens),
+    QKV_F(valid_lens_per_query), QKV_F(bias), QKV_F(bias_batch_stride),
+    QKV_F(bias_head_stride), QKV_F(additive_hidden), QKV_F(additive_w_q),
+    QKV_F(additive_w_k), QKV_F(additive_w_v), QKV_F(parallel_for),
+    QKV_F(parallel_ctx), QKV_F(num_workers), QKV_F(backend),
+};
+#undef QKV_F
+
+// What a library reading `size` bytes of `bytes` sees (README: fields wholly
+// inside struct_size are read, the rest default: scale to 1/sqrt(head_dim),
+// everything else to zero/NULL). *newer: bytes past our struct are non-zero.
+qkv_attention_desc Effective(const unsigned char* bytes, size_t size,
+                             bool* newer) {
+  qkv_attention_desc e;
+  memset(&e, 0, sizeof e);
+  e.score = QKV_SCORE_DOT;
+  bool scale_read = false;
+  for (const Field& f : kFields) {
+    if (f.offset + f.size <= size) {
+      memcpy(reinterpret_cast<unsigned char*>(&e) + f.offset, bytes + f.offset,
+             f.size);
+      if (f.offset == offsetof(qkv_attention_desc, scale)) scale_read = true;
+    }
+  }
+  if (!scale_read) {
+    e.scale = e.head_dim > 0 ? 1.0f / sqrtf(static_cast<float>(e.head_dim))
+                             : 0.0f;
+  }
+  *newer = false;
+  for (size_t i = sizeof(qkv_attention_desc); i < size; ++i) {
+    if (bytes[i] != 0) *newer = true;
+  }
+  e.struct_size = sizeof e;
+  return e;
+}
+
+bool Mul(int64_t a, int64_t b, int64_t* out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
+bool Mul4(int64_t a, int64_t b, int64_t c, int64_t d, int64_t* out) {
+  int64_t x, y;
+  return Mul(a, b, &x) && Mul(x, c, &y) && Mul(y, d, out);
+}
+// n floats are addressable: 4n fits int64 and size_t.
+bool Addressable(int64_t n) {
+  int64_t bytes;
+  return n >= 0 && Mul(n, 4, &bytes);
+}
+
+// Element counts of a descriptor whose sizes are positive.
+struct Counts {
+  bool ok = false;  // every count fits
+  int64_t q, k, v, out, weights, rows, bias, valid_lens, w_qk, w_v;
+};
+
+Counts CountsOf(const qkv_attention_desc& e) {
+  Counts c;
+  const int64_t sizes[] = {e.batch,  e.q_heads,  e.kv_heads, e.q_len,
+                           e.kv_len, e.head_dim, e.value_dim};
+  for (int64_t s : sizes) {
+    if (s <= 0) return c;
+  }
+  if (!Mul4(e.batch, e.q_heads, e.q_len, e.head_dim, &c.q) ||
+      !Mul4(e.batch, e.kv_heads, e.kv_len, e.head_dim, &c.k) ||
+      !Mul4(e.batch, e.kv_heads, e.kv_len, e.value_dim, &c.v) ||
+      !Mul4(e.batch, e.q_heads, e.q_len, e.value_dim, &c.out) ||
+      !Mul4(e.batch, e.q_heads, e.q_len, e.kv_len, &c.weights) ||
+      !Mul4(e.batch, e.q_heads, e.q_len, 1, &c.rows)) {
+    return c;
+  }
+  const int64_t all[] = {c.q, c.k, c.v, c.out, c.weights, c.rows};
+  for (int64_t n : all) {
+    if (!Addressable(n)) return c;
+  }
+  c.valid_lens = e.valid_lens_per_query ? e.batch * e.q_len : e.batch;
+  c.bias = -1;  // unknown until the strides are checked
+  if (e.bias_batch_stride >= 0 && e.bias_head_stride >= 0) {
+    int64_t lb, lh, blk;
+    if (Mul(e.batch - 1, e.bias_batch_stride, &lb) &&
+        Mul(e.q_heads - 1, e.bias_head_stride, &lh) &&
+        Mul(e.q_len, e.kv_len, &blk) && lb <= INT64_MAX - lh &&
+        lb + lh <= INT64_MAX - blk && Addressable(lb + lh + blk)) {
+      c.bias = lb + lh + blk;
+    }
+  }
+  c.w_qk = -1;
+  c.w_v = e.additive_hidden;
+  int64_t w;
+  if (e.additive_hidden > 0 && Mul(e.additive_hidden, e.head_dim, &w) &&
+      Addressable(w)) {
+    c.w_qk = w;
+  }
+  c.ok = true;
+  return c;
+}
+
+// The contract's verdict on a call, from the bad-input table.
+enum Verdict {
+  kInvalid,      // must be QKV_ERR_INVALID_ARGUMENT
+  kUnsupported,  // must be QKV_ERR_UNSUPPORTED
+  kValid,        // OK, or WORKSPACE_TOO_SMALL if the workspace is short
+  kNamedBackend, // as kValid, but a forced backend may also say UNSUPPORTED
+  kUnknown,      // some error or OK: the model does not decide
+};
+
+struct Call {
+  const qkv_attention_desc* desc;  // NULL allowed
+  const float *q, *k, *v;
+  float *out, *weights, *lse;
+  void* workspace;
+  size_t workspace_size;
+};
+
+// Contract verdict for the descriptor alone (not the data pointers).
+// `struct_size` is the raw value the caller set.
+Verdict DescVerdict(size_t struct_size, const qkv_attention_desc& e,
+                    bool newer, bool* hostile_workers) {
+  *hostile_workers = false;
+  if (struct_size < sizeof(size_t) || struct_size > 4096) return kInvalid;
+  const Counts c = CountsOf(e);
+  if (!c.ok) return kInvalid;  // a size <= 0 or a count that overflows
+  if (e.q_heads % e.kv_heads != 0) return kInvalid;
+  int32_t score;
+  memcpy(&score, &e.score, sizeof score);
+  if (score < 0 || score > 2) return kInvalid;
+  if ((e.mask & ~7u) != 0) return kInvalid;
+  if (!isfinite(e.scale)) return kInvalid;
+  if (e.mask & QKV_MASK_VALID_LENS) {
+    if (e.valid_lens == nullptr) return kInvalid;
+    for (int64_t i = 0; i < c.valid_lens; ++i) {
+      if (e.valid_lens[i] < 0 || e.valid_lens[i] > e.kv_len) return kInvalid;
+    }
+  }
+  if (e.mask & QKV_MASK_BIAS) {
+    if (e.bias == nullptr || e.bias_batch_stride < 0 ||
+        e.bias_head_stride < 0 || c.bias < 0) {
+      return kInvalid;
+    }
+  }
+  bool additive_extent_unknown = false;
+  if (score == QKV_SCORE_ADDITIVE) {
+    if (e.additive_hidden <= 0 || e.additive_w_q == nullptr ||
+        e.additive_w_k == nullptr || e.additive_w_v == nullptr ||
+        c.w_qk < 0) {
+      return kInvalid;
+    }
+    // The library also refuses projections whose element counts do not fit;
+    // the model only decides where they obviously do.
+    int64_t a, b;
+    if (!Mul(e.additive_hidden, e.kv_len + 1, &a) || !Addressable(a) ||
+        !Mul(c.rows, e.additive_hidden, &b) || !Addressable(b) ||
+        !Mul(c.k / e.head_dim, e.additive_hidden, &b) || !Addressable(b)) {
+      return kInvalid;
+    }
+    if (a > (int64_t{1} << 40) || b > (int64_t{1} << 40)) {
+      additive_extent_unknown = true;
+    }
+  }
+  if (e.parallel_for != nullptr && e.num_workers == 0) return kInvalid;
+  // Workspace per worker times num_workers may not be addressable: INVALID.
+  // With a reasonable pool it always is.
+  if (e.parallel_for != nullptr && e.num_workers > 4096) {
+    *hostile_workers = true;
+  }
+  if (additive_extent_unknown) return kUnknown;
+  if (newer) return kUnsupported;
+  if (e.q_len > INT32_MAX || e.kv_len > INT32_MAX) return kUnsupported;
+  if (e.backend != nullptr && e.backend[0] != '\0') {
+    bool known = false;
+    for (size_t i = 0; i < qkv_backend_count(); ++i) {
+      if (strcmp(qkv_backend_name(i), e.backend) == 0) known = true;
+    }
+    return known ? kNamedBackend : kUnsupported;
+  }
+  return kValid;
+}
+
+// ---------------------------------------------------------------- buffers
+// A heap buffer of exactly n elements (ASan sees any access past it).
+template <class T>
+struct Buf {
+  std::vector<T> v;
+  explicit Buf(size_t n = 0) : v(n) {}
+  T* ptr() { return v.empty() ? nullptr : v.data(); }
+};
+
+void FillSentinel(std::vector<float>* x) {
+  for (float& f : *x) memcpy(&f, &kSentinelBits, sizeof f);
+}
+bool AllSentinel(const std::vector<float>& x) {
+  for (const float& f : x) {
+    if (memcmp(&f, &kSentinelBits, sizeof f) != 0) return false;
+  }
+  return true;
+}
+bool AnySentinel(const std::vector<float>& x) {
+  for (const float& f : x) {
+    if (memcmp(&f, &kSentinelBits, sizeof f) == 0) return true;
+  }
+  return false;
+}
+
+uint64_t Hash(const void* p, size_t bytes, uint64_t h = 1469598103934665603ull) {
+  const unsigned char* b = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < bytes; ++i) {
+    h ^= b[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// The caller's pool: runs every task on the calling thread, in the order and
+// with the worker numbering the input chose.
+struct Pool {
+  size_t workers;
+  int order;  // 1: forward, 2: backward, 3: evens then odds
+  int calls = 0;
+};
+
+void PoolParallelFor(void* ctx, size_t num_tasks, qkv_task_fn fn, void* arg) {
+  Pool* pool = static_cast<Pool*>(ctx);
+  ++pool->calls;
+  const size_t half = (num_tasks + 1) / 2;
+  for (size_t i = 0; i < num_tasks; ++i) {
+    size_t task = i;
+    if (pool->order == 2) task = num_tasks - 1 - i;
+    if (pool->order == 3) task = i < half ? 2 * i : 2 * (i - half) + 1;
+    const size_t worker = pool->order == 2
+                              ? pool->workers - 1 - i % pool->workers
+                              : i % pool->workers;
+    fn(arg, task, worker);
+  }
+}
+
+const int64_t kHostileSizes[16] = {
+    0,
+    -1,
+    INT64_MIN,
+    INT64_MAX,
+    int64_t{1} << 31,
+    INT32_MAX,
+    int64_t{1} << 32,
+    int64_t{1} << 62,
+    3037000500LL,  // just above sqrt(INT64_MAX)
+    -(int64_t{1} << 40),
+    int64_t{1} << 20,
+    int64_t{1} << 16,
+    65537,
+    int64_t{1} << 40,
+    0,  // raw (read from the input)
+    0,  // raw
+};
+
+int64_t Size(Input* in, int64_t limit) {
+  const uint8_t b = in->U8();
+  if (b < 0xF0) return 1 + b % limit;
+  const int idx = b - 0xF0;
+  if (idx >= 14) return static_cast<int64_t>(in->U64());
+  return kHostileSizes[idx];
+}
+
+// Scores' worst-case f32 rounding error (absolute), per implementation: the
+// Core bound assumes it is negligible; when it is not, both engines are
+// still right, just differently rounded, so the tolerance widens by it.
+struct Magnitudes {
+  double q = 0, k = 0, v = 0, bias = 0, w = 0, w_v_sum = 0;
+  bool finite = true;
+};
+
+void Scan(const float* x, size_t n, double* max_abs, bool* finite,
+          bool allow_neg_inf = false) {
+  for (size_t i = 0; i < n; ++i) {
+    if (isfinite(x[i])) {
+      *max_abs = std::max(*max_abs, static_cast<double>(fabsf(x[i])));
+    } else if (!(allow_neg_inf && x[i] == -INFINITY)) {
+      *finite = false;
+    }
+  }
+}
+
+// Bound on |score| (without bias) and on its f32 rounding error.
+void ScoreBounds(const qkv_attention_desc& e, const Magnitudes& m,
+                 double* bound, double* error) {
+  const double eps = FLT_EPSILON;
+  const double d = static_cast<double>(e.head_dim);
+  const double s = fabs(static_cast<double>(e.scale));
+  if (e.score == QKV_SCORE_DOT) {
+    *bound = s * d * m.q * m.k;
+    *error = (d + 3) * eps * *bound;
+  } else if (e.score == QKV_SCORE_GAUSSIAN) {
+    *bound = s * d * (m.q + m.k) * (m.q + m.k);
+    *error = (d + 4) * eps * *bound;
+  } else {
+    const double h = static_cast<double>(e.additive_hidden);
+    const double proj = d * m.w * (m.q + m.k);  // |W_q q + W_k k|
+    *bound = m.w_v_sum;
+    // Projection rounding moves tanh by at most as much (tanh' <= 1); tanh
+    // itself is a few ulp; the w_v sum adds h roundings.
+    *error = m.w_v_sum * ((d + 3) * eps * proj + 8 * eps) +
+             (h + 2) * eps * m.w_v_sum;
+  }
+}
+
+void PrintDesc(const char* what, const qkv_attention_desc& e, size_t ss) {
+  int32_t score;
+  memcpy(&score, &e.score, sizeof score);
+  fprintf(stderr,
+          "%s: struct_size=%zu B=%lld Hq=%lld Hkv=%lld Lq=%lld Lk=%lld "
+          "D=%lld Dv=%lld score=%d scale=%g mask=%u valid_lens=%p "
+          "per_query=%d bias=%p strides=%lld,%lld hidden=%lld "
+          "w=%p,%p,%p pool=%p workers=%zu backend=%s\n",
+          what, ss, (long long)e.batch, (long long)e.q_heads,
+          (long long)e.kv_heads, (long long)e.q_len, (long long)e.kv_len,
+          (long long)e.head_dim, (long long)e.value_dim, score, e.scale,
+          e.mask, (const void*)e.valid_lens, e.valid_lens_per_query,
+          (const void*)e.bias, (long long)e.bias_batch_stride,
+          (long long)e.bias_head_stride, (long long)e.additive_hidden,
+          (const void*)e.additive_w_q, (const void*)e.additive_w_k,
+          (const void*)e.additive_w_v, (void*)e.parallel_for, e.num_workers,
+          e.backend ? e.backend : "(null)");
+}
+
+// Runs `d` (full-size, valid) with fresh exact outputs and workspace.
+struct Outputs {
+  qkv_status status;
+  std::vector<float> out, weights, lse;
+};
+Outputs RunFresh(const qkv_attention_desc& d, const float* q, const float* k,
+                 const float* v, size_t n_out, size_t n_weights,
+                 size_t n_lse) {
+  Outputs r;
+  r.out.resize(n_out);
+  r.weights.resize(n_weights);
+  r.lse.resize(n_lse);
+  FillSentinel(&r.out);
+  FillSentinel(&r.weights);
+  FillSentinel(&r.lse);
+  const size_t ws_size = qkv_attention_workspace_size(&d);
+  std::vector<unsigned char> ws(ws_size);
+  r.status = qkv_attention_f32(&d, q, k, v, r.out.data(),
+                               n_weights ? r.weights.data() : nullptr,
+                               n_lse ? r.lse.data() : nullptr,
+                               ws_size ? ws.data() : nullptr, ws_size);
+  return r;
+}
+
+bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() &&
+         (a.empty() || memcmp(a.data(), b.data(), a.size() * 4) == 0);
+}
+
+// ---------------------------------------------------------------- one input
+void RunOne(const uint8_t* data, size_t size) {
+  Input in(data, size);
+  // Always-true API facts, checked cheaply on every input.
+  const size_t backends = qkv_backend_count();
+  CHECK(backends >= 1, "no backend");
+  CHECK(qkv_backend_name(backends) == nullptr, "name past the end");
+  CHECK(qkv_backend() != nullptr, "qkv_backend NULL");
+
+  // 1. flags
+  const uint8_t flags = in.U8();
+  const bool want_weights = flags & 1;
+  const bool want_lse = flags & 2;
+  const int ws_mode = (flags >> 2) & 3;  // exact, short, none, larger+odd
+  const int pool_mode = (flags >> 4) & 3;  // none, forward, backward, evens
+  const bool null_mode = flags & 0x40;
+  const bool struct_mode = flags & 0x80;
+  CHECK(qkv_status_string(static_cast<qkv_status>(flags - 128)) != nullptr,
+        "status string NULL");
+
+  // 2. sizes
+  qkv_attention_desc d;
+  qkv_attention_desc_init(&d, 1, 1, 1, 1, 1, 1, 1);
+  d.batch = Size(&in, 3);
+  d.q_heads = Size(&in, 6);
+  {
+    const uint8_t b = in.U8();
+    if (b < 0xF0 && d.q_heads >= 1 && d.q_heads <= 6) {
+      int64_t divisors[6];
+      int n = 0;
+      for (int64_t x = 1; x <= d.q_heads; ++x) {
+        if (d.q_heads % x == 0) divisors[n++] = x;
+      }
+      d.kv_heads = divisors[b % n];
+    } else if (b < 0xF0) {
+      d.kv_heads = 1 + b % 4;
+    } else {
+      const int idx = b - 0xF0;
+      d.kv_heads = idx >= 14 ? static_cast<int64_t>(in.U64()) : kHostileSizes[idx];
+    }
+  }
+  d.q_len = Size(&in, 40);
+  d.kv_len = Size(&in, 160);
+  d.head_dim = Size(&in, 40);
+  d.value_dim = Size(&in, 40);
+  d.scale = d.head_dim > 0 ? 1.0f / sqrtf(static_cast<float>(d.head_dim)) : 0;
+
+  // 3. score
+  {
+    const uint8_t b = in.U8();
+    int32_t score = b % 3;
+    if (b >= 0xF0) {
+      const int32_t bad[] = {3, -1, INT32_MAX, INT32_MIN, 0x100, 4, 7, 1000};
+      score = b >= 0xF8 ? static_cast<int32_t>(in.U32()) : bad[b - 0xF0];
+    }
+    memcpy(&d.score, &score, sizeof score);
+  }
+  // 4. scale
+  {
+    const uint8_t b = in.U8();
+    switch (b % 16) {
+      case 0: break;  // default 1/sqrt(head_dim)
+      case 1: d.scale = 0.0f; break;
+      case 2: d.scale = NAN; break;
+      case 3: d.scale = INFINITY; break;
+      case 4: d.scale = -INFINITY; break;
+      case 5: d.scale = in.F32(); break;
+      case 6: d.scale = 1e4f; break;
+      case 7: d.scale = -1.0f; break;
+      case 8: d.scale = 0.5f; break;
+      case 9: d.scale = 1e-30f; break;
+      case 10: d.scale = FLT_MAX; break;
+      case 11: {
+        const uint32_t snan = 0x7F800001u;
+        memcpy(&d.scale, &snan, sizeof snan);
+        break;
+      }
+      case 12: d.scale = 1e-40f; break;  // subnormal
+      default: d.scale *= 1.0f + static_cast<float>(b >> 4) / 4.0f; break;
+    }
+  }
+  // 5. mask
+  {
+    const uint8_t b = in.U8();
+    d.mask = b & 7u;
+    if (b >= 0xF0) {
+      const uint32_t bad[] = {8, 0x80000000u, 0xFFFFFFFFu, 0x10, 0x9, 0xF};
+      d.mask = b >= 0xF6 ? in.U32() : bad[b - 0xF0];
+    }
+  }
+  // 6. valid lengths
+  const uint8_t vl_byte = in.U8();
+  d.valid_lens_per_query = vl_byte & 1;
+  const int vl_mode = (vl_byte >> 1) & 3;  // random, zeros, full, one bad
+  const bool vl_null = vl_byte & 8;
+  // 7. bias
+  const uint8_t bias_byte = in.U8();
+  const bool bias_null = bias_byte & 0x10;
+  const int bias_values = bias_byte >> 5;
+  auto stride = [&](int mode, int64_t dense) -> int64_t {
+    switch (mode) {
+      case 0: return 0;
+      case 1: return dense;
+      case 2: return in.U8();
+      default: {
+        const uint8_t b = in.U8();
+        const int64_t bad[] = {-1, INT64_MAX, int64_t{1} << 62, INT64_MIN,
+                               int64_t{1} << 33,
+                               dense == INT64_MIN ? INT64_MIN : -dense};
+        return b % 7 == 6 ? static_cast<int64_t>(in.U64()) : bad[b % 7];
+      }
+    }
+  };
+  {
+    int64_t dense_head = 0, dense_batch = 0;
+    if (!Mul(d.q_len, d.kv_len, &dense_head)) dense_head = 1;
+    if (!Mul(dense_head, d.q_heads, &dense_batch)) dense_batch = 1;
+    d.bias_batch_stride = stride(bias_byte & 3, dense_batch);
+    d.bias_head_stride = stride((bias_byte >> 2) & 3, dense_head);
+  }
+  // 8. additive
+  {
+    const uint8_t b = in.U8();
+    d.additive_hidden = 1 + b % 24;
+    if (b >= 0xF0) {
+      const int64_t bad[] = {0, -1, INT64_MAX, int64_t{1} << 40,
+                             int64_t{1} << 31, INT64_MIN, int64_t{1} << 20, 0};
+      d.additive_hidden = bad[b - 0xF0 < 8 ? b - 0xF0 : 7];
+    }
+  }
+  const uint8_t w_byte = in.U8();
+  // 9. data magnitudes
+  const uint8_t data_byte = in.U8();
+  const float kMags[8] = {1.0f, 0.01f, 10.0f, 100.0f, 1e4f, 1e-20f, 1e20f,
+                          3e38f};
+  const float qk_mag = kMags[data_byte & 7];
+  const float v_mag = kMags[(data_byte >> 3) & 7];
+  const bool small_ints = data_byte & 0x40;
+  const float w_mag = kMags[(w_byte >> 3) & 7];
+  // 10. special values sprinkled in
+  struct Special {
+    int buffer;
+    uint32_t index;
+    int kind;
+  };
+  std::vector<Special> specials(in.U8() % 16);
+  for (Special& s : specials) {
+    s.buffer = in.U8() % 7;
+    s.index = in.U32();
+    s.kind = in.U8() % 10;
+  }
+  // 11. pool
+  Pool pool = {1, pool_mode};
+  {
+    const uint8_t b = in.U8();
+    size_t workers = b % 9;
+    if (b >= 0xF0) {
+      const size_t bad[] = {SIZE_MAX, size_t{1} << 40, 1000, 4096,
+                            size_t{1} << 20, SIZE_MAX / 2, 65, 0};
+      workers = bad[(b - 0xF0) % 8];
+    }
+    if (pool_mode != 0) {
+      d.parallel_for = &PoolParallelFor;
+      d.parallel_ctx = &pool;
+      d.num_workers = workers;
+      pool.workers = workers == 0 ? 1 : workers;
+    } else {
+      d.num_workers = workers;  // ignored without parallel_for
+    }
+  }
+  // 12. backend
+  std::vector<char> garbage;
+  {
+    const uint8_t b = in.U8();
+    if (b == 0) {
+      d.backend = nullptr;
+    } else if (b == 1) {
+      d.backend = "";
+    } else if (b < 0xF0) {
+      d.backend = qkv_backend_name((b - 2) % backends);
+    } else {
+      garbage.resize(in.U8() % 24 + 1);
+      for (size_t i = 0; i + 1 < garbage.size(); ++i) {
+        garbage[i] = static_cast<char>(in.U8());
+      }
+      garbage.back() = '\0';
+      d.backend = garbage.data();
+    }
+  }
+  // 13. struct_size
+  size_t struct_size = sizeof(qkv_attention_desc);
+  bool extra_nonzero = false;
+  if (struct_mode) {
+    std::vector<size_t> sizes = {0, 1, 4, 7, 8};
+    for (const Field& f : kFields) {
+      sizes.push_back(f.offset + f.size);
+      sizes.push_back(f.offset + f.size - 1);
+    }
+    const size_t n_fixed = sizes.size();
+    sizes.insert(sizes.end(), {sizeof d + 1, sizeof d + 8, sizeof d + 8,
+                               4096, 4096, 4097, kMaxStruct});
+    const uint8_t b = in.U8();
+    const size_t idx = b % sizes.size();
+    struct_size = sizes[idx];
+    // The second of each pair past our struct carries a non-zero byte.
+    extra_nonzero = idx == n_fixed + 2 || idx == n_fixed + 4;
+  }
+  // 14. NULL pointers
+  uint8_t null_byte = 0;
+  if (null_mode) null_byte = in.U8();
+  // 15. seed
+  Rng rng{in.U64() | 1};
+
+  // ---- the descriptor's memory: exactly struct_size bytes (at least the
+  // size_t the library must read first).
+  const size_t desc_bytes =
+      std::max(struct_size, sizeof(size_t));
+  CHECK(desc_bytes <= kMaxStruct, "descriptor buffer");
+  std::vector<unsigned char> desc_buf(desc_bytes, 0);
+  d.struct_size = struct_size;
+
+  // Sizes as the library will see them (fields outside the prefix default).
+  auto effective = [&](bool* newer) {
+    memcpy(desc_buf.data(), &d, std::min(desc_bytes, sizeof d));
+    if (extra_nonzero && desc_bytes > sizeof d) desc_buf[desc_bytes - 1] = 1;
+    return Effective(desc_buf.data(), struct_size, newer);
+  };
+  bool newer = false;
+  qkv_attention_desc e = effective(&newer);
+  const Counts c = CountsOf(e);
+  int32_t e_score;
+  memcpy(&e_score, &e.score, sizeof e_score);
+  const bool e_additive = e_score == QKV_SCORE_ADDITIVE;
+  const bool e_bias = (e.mask & QKV_MASK_BIAS) != 0;
+
+  // Does the call fit the caps? Then every buffer is exact and real.
+  bool fits = c.ok;
+  double floats = 0, work = 0;
+  if (fits) {
+    floats = static_cast<double>(c.q) + c.k + c.v + c.out +
+             (want_weights ? c.weights : 0) + (want_lse ? c.rows : 0);
+    if (e_bias) floats += c.bias >= 0 ? static_cast<double>(c.bias) : 1e300;
+    if (e_additive) {
+      floats += c.w_qk >= 0 ? 2.0 * c.w_qk + e.additive_hidden : 1e300;
+    }
+    const double hidden = e_additive ? static_cast<double>(e.additive_hidden) : 0;
+    work = static_cast<double>(c.rows) * e.kv_len *
+               (e.head_dim + e.value_dim + hidden) +
+           (e_additive ? (static_cast<double>(c.k) + c.q) * hidden : 0);
+    fits = floats <= kCapFloats && work <= kCapWork;
+  }
+
+  // Valid lengths: exact buffer whenever the count is small (the library
+  // reads them while validating).
+  Buf<int32_t> valid_lens;
+  if ((e.mask & QKV_MASK_VALID_LENS) && c.ok && !vl_null &&
+      c.valid_lens <= (int64_t{1} << 16)) {
+    valid_lens.v.resize(static_cast<size_t>(c.valid_lens));
+    for (int32_t& x : valid_lens.v) {
+      const int64_t kv = e.kv_len;
+      x = vl_mode == 1   ? 0
+          : vl_mode == 2 ? static_cast<int32_t>(std::min<int64_t>(kv, INT32_MAX))
+                         : static_cast<int32_t>(rng.Next() %
+                                                static_cast<uint64_t>(
+                                                    std::min<int64_t>(kv, INT32_MAX - 1) + 1));
+    }
+    if (vl_mode == 3 && !valid_lens.v.empty()) {
+      const int32_t bad[] = {-1, INT32_MIN, INT32_MAX,
+                             static_cast<int32_t>(std::min<int64_t>(
+                                 e.kv_len + 1, INT32_MAX))};
+      valid_lens.v[rng.Next() % valid_lens.v.size()] = bad[rng.Next() % 4];
+    }
+  }
+  d.valid_lens = valid_lens.ptr();
+
+  // Data buffers: exact when the call fits, tiny otherwise (the model below
+  // then only runs calls the library must refuse before reading data).
+  const size_t kTiny = 16;
+  auto count = [&](int64_t n) {
+    return fits ? static_cast<size_t>(n) : kTiny;
+  };
+  Buf<float> q(count(c.ok ? c.q : 0)), k(count(c.ok ? c.k : 0)),
+      v(count(c.ok ? c.v : 0));
+  Buf<float> out(count(c.ok ? c.out : 0));
+  Buf<float> weights(want_weights ? count(c.ok ? c.weights : 0) : 0);
+  Buf<float> lse(want_lse ? count(c.ok ? c.rows : 0) : 0);
+  Buf<float> bias(e_bias && !bias_null ? count(c.ok ? std::max<int64_t>(c.bias, 1) : 0) : 0);
+  Buf<float> w_q, w_k, w_v;
+  if (e_additive && c.ok) {
+    w_q.v.resize(count(std::max<int64_t>(c.w_qk, 1)));
+    w_k.v.resize(count(std::max<int64_t>(c.w_qk, 1)));
+    w_v.v.resize(count(std::max<int64_t>(e.additive_hidden, 1)));
+  }
+  auto fill = [&](std::vector<float>* x, float mag) {
+    for (float& f : *x) {
+      f = small_ints ? static_cast<float>(static_cast<int>(rng.Next() % 7) - 3)
+                     : rng.Uniform(-mag, mag);
+    }
+  };
+  fill(&q.v, qk_mag);
+  fill(&k.v, qk_mag);
+  fill(&v.v, v_mag);
+  fill(&w_q.v, w_mag);
+  fill(&w_k.v, w_mag);
+  fill(&w_v.v, w_mag);
+  for (size_t i = 0; i < bias.v.size(); ++i) {
+    float& b = bias.v[i];
+    const uint64_t r = rng.Next();
+    switch (bias_values) {
+      case 0: b = rng.Uniform(-2, 2); break;
+      case 1: b = r % 4 == 0 ? -INFINITY : rng.Uniform(-2, 2); break;
+      case 2: b = (i / std::max<int64_t>(e.kv_len, 1)) % 3 == 0 ? -INFINITY
+                                                                : rng.Uniform(-1, 1);
+              break;
+      case 3: b = r % 20 == 0 ? (r % 40 == 0 ? NAN : INFINITY) : rng.Uniform(-1, 1);
+              break;
+      case 4: b = rng.Uniform(-1e4f, 1e4f); break;
+      case 5: b = -INFINITY; break;
+      case 6: b = rng.Uniform(-100, 100); break;
+      default: b = static_cast<float>(r % 3); break;
+    }
+  }
+  {
+    std::vector<float>* bufs[7] = {&q.v, &k.v, &v.v, &bias.v,
+                                   &w_q.v, &w_k.v, &w_v.v};
+    const float kinds[10] = {NAN, INFINITY, -INFINITY, 1e4f, -1e4f, 1e30f,
+                             -FLT_MAX, 1e-40f, -0.0f, 3e38f};
+    for (const Special& s : specials) {
+      std::vector<float>* b = bufs[s.buffer];
+      if (!b->empty()) (*b)[s.index % b->size()] = kinds[s.kind];
+    }
+  }
+  d.bias = bias.ptr();  // NULL when bias_null or no bias mask
+  if (e_additive) {
+    d.additive_w_q = (w_byte & 0x80) && (w_byte & 1) ? nullptr : w_q.ptr();
+    d.additive_w_k = (w_byte & 0x80) && (w_byte & 2) ? nullptr : w_k.ptr();
+    d.additive_w_v = (w_byte & 0x80) && (w_byte & 4) ? nullptr : w_v.ptr();
+  }
+  FillSentinel(&out.v);
+  FillSentinel(&weights.v);
+  FillSentinel(&lse.v);
+
+  e = effective(&newer);  // now with the pointers
+  bool hostile_workers = false;
+  Verdict verdict = DescVerdict(struct_size, e, newer, &hostile_workers);
+  const Verdict desc_verdict = verdict;
+  if (Skipped(e.backend)) return;
+
+  const float* q_ptr = (null_byte & 2) ? nullptr : q.ptr();
+  const float* k_ptr = (null_byte & 4) ? nullptr : k.ptr();
+  const float* v_ptr = (null_byte & 8) ? nullptr : v.ptr();
+  float* out_ptr = (null_byte & 16) ? nullptr : out.ptr();
+  const unsigned char* desc_ptr = (null_byte & 1) ? nullptr : desc_buf.data();
+  const auto* desc =
+      reinterpret_cast<const qkv_attention_desc*>(desc_ptr);
+  if (desc == nullptr || q_ptr == nullptr || k_ptr == nullptr ||
+      v_ptr == nullptr || out_ptr == nullptr) {
+    verdict = kInvalid;
+  }
+
+  // Tiny buffers have overlapping declared extents: the library may refuse
+  // them as overlapping (INVALID) before it gets to UNSUPPORTED.
+  bool or_invalid = hostile_workers || (!fits && verdict == kUnsupported);
+  if (!fits && verdict != kInvalid && verdict != kUnsupported) {
+    // Too big to give real buffers: only a call the library must refuse
+    // before reading data is made. With no workspace, a descriptor that
+    // needs one is refused (TOO_SMALL, or INVALID: the tiny buffers' declared
+    // extents overlap).
+    const size_t need = desc ? qkv_attention_workspace_size(desc) : 0;
+    if (need == 0) return;
+    verdict = kUnknown;
+  }
+
+  // Workspace.
+  size_t ws_query = desc ? qkv_attention_workspace_size(desc) : 0;
+  if (desc_verdict == kInvalid || desc_verdict == kUnsupported) {
+    CHECK(ws_query == 0, "workspace size of a refused descriptor", ws_query);
+  }
+  size_t ws_size = 0, ws_offset = 0;
+  switch (fits && ws_query <= kCapWorkspace ? ws_mode : 2) {
+    case 0: ws_size = ws_query; break;
+    case 1: ws_size = ws_query > 0 ? ws_query - 1 : 0; break;
+    case 2: ws_size = 0; break;
+    default:
+      ws_size = ws_query + 1 + rng.Next() % 64;
+      ws_offset = 1 + rng.Next() % 63;
+      break;
+  }
+  // An exact allocation: the workspace ends where the buffer ends.
+  std::vector<unsigned char> ws_buf(ws_size + ws_offset);
+  void* ws_ptr = ws_size ? ws_buf.data() + ws_offset : nullptr;
+  if (null_byte & 32) {  // NULL workspace with a non-zero size
+    ws_ptr = nullptr;
+    if (ws_size == 0) ws_size = 64;
+    verdict = kInvalid;  // README: NULL workspace with a size is INVALID
+  }
+
+  const uint64_t in_hash =
+      Hash(q.v.data(), q.v.size() * 4,
+           Hash(k.v.data(), k.v.size() * 4,
+                Hash(v.v.data(), v.v.size() * 4,
+                     Hash(bias.v.data(), bias.v.size() * 4,
+                          Hash(valid_lens.v.data(), valid_lens.v.size() * 4,
+                               Hash(w_q.v.data(), w_q.v.size() * 4,
+                                    Hash(w_k.v.data(), w_k.v.size() * 4,
+                                         Hash(w_v.v.data(), w_v.v.size() * 4))))))));
+  const uint64_t desc_hash = Hash(desc_buf.data(), desc_buf.size());
+
+  if (Verbose()) {
+    PrintDesc("raw", d, struct_size);
+    fprintf(stderr,
+            "  fits=%d verdict=%d newer=%d ws_query=%zu ws_size=%zu "
+            "weights=%d lse=%d null=%#x\n",
+            fits, verdict, newer, ws_query, ws_size, want_weights, want_lse,
+            null_byte);
+  }
+
+  const qkv_status st = qkv_attention_f32(
+      desc, q_ptr, k_ptr, v_ptr, out_ptr, weights.ptr(), lse.ptr(), ws_ptr,
+      ws_size);
+  if (Verbose()) fprintf(stderr, "  status=%d\n", st);
+
+  // ---- checks
+  CHECK(st == QKV_OK || st == QKV_ERR_INVALID_ARGUMENT ||
+            st == QKV_ERR_WORKSPACE_TOO_SMALL || st == QKV_ERR_UNSUPPORTED,
+        "unknown status", st);
+  CHECK(Hash(desc_buf.data(), desc_buf.size()) == desc_hash,
+        "the descriptor was modified");
+  CHECK(Hash(q.v.data(), q.v.size() * 4,
+             Hash(k.v.data(), k.v.size() * 4,
+                  Hash(v.v.data(), v.v.size() * 4,
+                       Hash(bias.v.data(), bias.v.size() * 4,
+                            Hash(valid_lens.v.data(), valid_lens.v.size() * 4,
+                                 Hash(w_q.v.data(), w_q.v.size() * 4,
+                                      Hash(w_k.v.data(), w_k.v.size() * 4,
+                                           Hash(w_v.v.data(),
+                                                w_v.v.size() * 4)))))))) ==
+            in_hash,
+        "an input buffer was modified");
+  switch (verdict) {
+    case kInvalid:
+      CHECK(st == QKV_ERR_INVALID_ARGUMENT, "want INVALID_ARGUMENT", st);
+      break;
+    case kUnsupported:
+      if (or_invalid) {
+        CHECK(st == QKV_ERR_UNSUPPORTED || st == QKV_ERR_INVALID_ARGUMENT,
+              "want UNSUPPORTED (or INVALID: hostile num_workers or overlap)",
+              st);
+      } else {
+        CHECK(st == QKV_ERR_UNSUPPORTED, "want UNSUPPORTED", st);
+      }
+      break;
+    case kValid:
+    case kNamedBackend:
+      if (hostile_workers) {
+        CHECK(st != QKV_OK || ws_size >= ws_query, "OK with a short workspace");
+        break;
+      }
+      if (st == QKV_ERR_UNSUPPORTED) {
+        CHECK(verdict == kNamedBackend, "default backend said UNSUPPORTED");
+        CHECK(ws_query == 0, "workspace size of an unsupported request");
+      } else if (ws_size >= ws_query) {
+        CHECK(st == QKV_OK, "valid call with enough workspace failed", st,
+              static_cast<long long>(ws_query));
+      } else {
+        CHECK(st == QKV_ERR_WORKSPACE_TOO_SMALL, "want WORKSPACE_TOO_SMALL",
+              st, static_cast<long long>(ws_query));
+      }
+      break;
+    case kUnknown:
+      if (!fits) CHECK(st != QKV_OK, "OK on a call without real buffers");
+      break;
+  }
+
+  if (st != QKV_OK) {
+    CHECK(AllSentinel(out.v), "a failing call wrote out", st);
+    CHECK(AllSentinel(weights.v), "a failing call wrote weights", st);
+    CHECK(AllSentinel(lse.v), "a failing call wrote lse", st);
+    CHECK(pool.calls == 0, "a failing call ran the pool", st);
+    return;
+  }
+
+  // ---- a successful call
+  CHECK(fits, "OK without real buffers");
+  CHECK(pool.calls <= 1, "parallel_for called more than once", pool.calls);
+  CHECK(!AnySentinel(out.v), "an out element was not written");
+  CHECK(!AnySentinel(weights.v), "a weights element was not written");
+  CHECK(!AnySentinel(lse.v), "an lse element was not written");
+
+  // Same call without the pool (full-size descriptor): bitwise identical.
+  qkv_attention_desc full = e;
+  full.struct_size = sizeof full;
+  full.parallel_for = nullptr;
+  full.parallel_ctx = nullptr;
+  full.num_workers = 0;
+  const Outputs serial =
+      RunFresh(full, q.ptr(), k.ptr(), v.ptr(), out.v.size(), weights.v.size(),
+               lse.v.size());
+  CHECK(serial.status == QKV_OK, "the same call without a pool failed",
+        serial.status);
+  CHECK(BitwiseEqual(serial.out, out.v), "out depends on the pool/schedule");
+  CHECK(BitwiseEqual(serial.weights, weights.v),
+        "weights depend on the pool/schedule");
+  CHECK(BitwiseEqual(serial.lse, lse.v), "lse depends on the pool/schedule");
+
+  // Finite inputs whose scores cannot overflow: finite, sane outputs that
+  // agree with the reference engine.
+  Magnitudes m;
+  Scan(q.v.data(), q.v.size(), &m.q, &m.finite);
+  Scan(k.v.data(), k.v.size(), &m.k, &m.finite);
+  Scan(v.v.data(), v.v.size(), &m.v, &m.finite);
+  if (e_bias) Scan(bias.v.data(), bias.v.size(), &m.bias, &m.finite, true);
+  if (e_additive) {
+    Scan(w_q.v.data(), w_q.v.size(), &m.w, &m.finite);
+    Scan(w_k.v.data(), w_k.v.size(), &m.w, &m.finite);
+    bool fin = true;
+    double unused = 0;
+    Scan(w_v.v.data(), w_v.v.size(), &unused, &fin);
+    m.finite = m.finite && fin;
+    for (float x : w_v.v) m.w_v_sum += fabs(static_cast<double>(x));
+  }
+  if (!m.finite) return;
+  double score_bound = 0, score_error = 0;
+  ScoreBounds(e, m, &score_bound, &score_error);
+  // Overflow-free: |score + bias| and the differences of two of them stay
+  // far below FLT_MAX, and so does sum_j p_j v_j <= kv_len * max|v|.
+  const double proj = e_additive ? e.head_dim * m.w * (m.q + m.k) : 0;
+  const bool no_overflow = score_bound <= 1e37 && m.bias <= 1e37 &&
+                           m.v * e.kv_len <= 1e37 && proj <= 1e30 &&
+                           (m.q + m.k) * (m.q + m.k) <= 1e37;
+  if (!no_overflow) return;
+  const int64_t lk = e.kv_len, dv = e.value_dim;
+  for (size_t i = 0; i < out.v.size(); ++i) {
+    CHECK(isfinite(out.v[i]), "non-finite out from finite inputs",
+          static_cast<long long>(i));
+  }
+  for (size_t i = 0; i < weights.v.size(); ++i) {
+    CHECK(weights.v[i] >= 0.0f && weights.v[i] <= 1.0f,
+          "weight outside [0, 1] from finite inputs", static_cast<long long>(i));
+  }
+  for (size_t i = 0; i < lse.v.size(); ++i) {
+    CHECK(isfinite(lse.v[i]) || lse.v[i] == -INFINITY,
+          "lse NaN or +inf from finite inputs", static_cast<long long>(i));
+  }
+  // A row with lse = -inf saw no key: zero out and weights.
+  for (size_t r = 0; r < lse.v.size(); ++r) {
+    if (lse.v[r] != -INFINITY) continue;
+    for (int64_t c2 = 0; c2 < dv; ++c2) {
+      CHECK(out.v[r * dv + c2] == 0.0f, "masked row with non-zero out");
+    }
+    for (int64_t j = 0; j < lk && !weights.v.empty(); ++j) {
+      CHECK(weights.v[r * lk + j] == 0.0f, "masked row with non-zero weight");
+    }
+  }
+
+  // Agreement with the reference engine.
+  const double e_total = score_error + FLT_EPSILON * (score_bound + m.bias);
+  if (e_total > 1e-2) return;  // scores too ill-conditioned to compare
+  qkv_attention_desc ref = full;
+  ref.backend = "reference";
+  const Outputs r = RunFresh(ref, q.ptr(), k.ptr(), v.ptr(), out.v.size(),
+                             weights.v.size(), lse.v.size());
+  CHECK(r.status == QKV_OK, "the reference engine refused a valid call",
+        r.status);
+  // Each engine is within the Core bound of the exact result; scores may
+  // additionally differ by 2 * e_total, which moves each weight by at most
+  // 2 * (that) and out by max|v| times the sum of weight changes.
+  const double ds = 2 * e_total;
+  const double w_tol = 2e-5 + 2 * ds;
+  const double out_tol = (5e-5 + 4 * ds) * m.v + 1e-37;
+  for (size_t i = 0; i < out.v.size(); ++i) {
+    if (!(fabs(static_cast<double>(out.v[i]) - r.out[i]) <= out_tol)) {
+      if (Verbose()) PrintDesc("effective", e, struct_size);
+      fprintf(stderr, "out[%zu] = %.9g, reference %.9g, tolerance %.3g\n", i,
+              out.v[i], r.out[i], out_tol);
+      Fail("out disagrees with the reference engine");
+    }
+  }
+  for (size_t i = 0; i < weights.v.size(); ++i) {
+    if (!(fabs(static_cast<double>(weights.v[i]) - r.weights[i]) <= w_tol)) {
+      fprintf(stderr, "weights[%zu] = %.9g, reference %.9g, tolerance %.3g\n",
+              i, weights.v[i], r.weights[i], w_tol);
+      Fail("weights disagree with the reference engine");
+    }
+  }
+  for (size_t i = 0; i < lse.v.size(); ++i) {
+    const double a = lse.v[i], b = r.lse[i];
+    const bool ok = (a == -INFINITY || b == -INFINITY)
+                        ? a == b
+                        : fabs(a - b) <= 1e-4 * (1 + fabs(b)) + ds;
+    if (!ok) {
+      fprintf(stderr, "lse[%zu] = %.9g, reference %.9g\n", i, a, b);
+      Fail("lse disagrees with the reference engine");
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  RunOne(data, size);
+  return 0;
+}
