@@ -34,7 +34,11 @@ constexpr int64_t kRowPathMaxRows = 4;
 
 // Score kinds. For kAdditive the "queries" and "keys" a kernel sees are the
 // projections W_q q and W_k k (dimension additive_hidden) made by Prepare.
-enum Kind { kDot, kGaussian, kAdditive };
+// kDotScaled is kDot with the scale applied to the finished dot product
+// instead of folded into the packed queries: for |scale| > 1, where
+// scale * q can overflow to inf although scale * (q . k) does not (inf * 0
+// would then make a NaN score).
+enum Kind { kDot, kGaussian, kAdditive, kDotScaled };
 
 // Length of the vectors a score compares: head_dim, or additive_hidden.
 inline int64_t ScoreDim(const Problem& p) {
@@ -46,8 +50,9 @@ struct Operands {
   const float* q;  // query rows (flat row index * dim), not yet scaled
   const float* k;  // the kv head's keys, kv_len rows of dim
   int64_t dim;     // head_dim, or additive_hidden for kAdditive
-  float q_scale;   // applied when packing queries (DOT folds scale in here)
-  float finish;    // applied to finished scores (GAUSSIAN: -scale)
+  float q_scale;   // applied when packing queries (kDot folds scale in here)
+  float finish;    // applied to finished scores (kGaussian: -scale,
+                   // kDotScaled: scale, else 1)
   int kind;
 };
 
@@ -82,10 +87,20 @@ inline Operands OperandsFor(const Problem& p, const unsigned char* shared,
     o.q = p.q;
     o.k = p.k + (b * p.kv_heads + kvh) * p.kv_len * p.head_dim;
     o.dim = p.head_dim;
-    const bool gaussian = p.score == QKV_SCORE_GAUSSIAN;
-    o.q_scale = gaussian ? 1.0f : p.scale;
-    o.finish = gaussian ? -p.scale : 1.0f;
-    o.kind = gaussian ? kGaussian : kDot;
+    if (p.score == QKV_SCORE_GAUSSIAN) {
+      o.q_scale = 1.0f;
+      o.finish = -p.scale;
+      o.kind = kGaussian;
+    } else if (p.scale >= -1.0f && p.scale <= 1.0f) {
+      // |scale * q[t]| <= |q[t]|: folding the scale in cannot overflow.
+      o.q_scale = p.scale;
+      o.finish = 1.0f;
+      o.kind = kDot;
+    } else {
+      o.q_scale = 1.0f;
+      o.finish = p.scale;
+      o.kind = kDotScaled;
+    }
   }
   return o;
 }

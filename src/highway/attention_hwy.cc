@@ -101,6 +101,18 @@ HWY_INLINE VF ExpNonPositive(VF x) {
       hn::BitCast(df, hn::ShiftLeft<23>(hn::Add(n, hn::Set(di, 127))));
   return hn::IfThenZeroElse(hn::Lt(x, lowest), hn::Mul(poly, scale));
 }
+// tanh for additive scores. Highway 1.0.3's EMU128 target converts NaN to
+// int32 with a plain cast inside Tanh (undefined behaviour); there NaN lanes
+// go through as 0 and come out as the NaN they were.
+HWY_INLINE VF TanhOf(VF x) {
+#if HWY_TARGET == HWY_EMU128
+  const auto nan = hn::Ne(x, x);
+  return hn::IfThenElse(nan, x, hn::Tanh(DF(), hn::IfThenZeroElse(nan, x)));
+#else
+  return hn::Tanh(DF(), x);
+#endif
+}
+
 // Register tiles: kUnroll keys (scores) or value columns (output) times RV
 // row vectors. Targets with 32 vector registers (AVX-512, NEON, SVE) keep 16
 // accumulators in flight, enough to hide FMA latency on two FMA ports; the
@@ -116,7 +128,8 @@ constexpr int kUnroll = 4;
 #define QKV_UNROLL8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 
 // st[j][*] for keys j < U of the block starting at k. RV row vectors
-// (R = RV * N lanes); Gaussian scores are finished by the factor -scale.
+// (R = RV * N lanes); Gaussian scores are finished by the factor -scale,
+// kDotScaled ones by scale.
 template <int RV, int U, int kKind>
 HWY_NOINLINE void ScoreKeys(const float* HWY_RESTRICT qt, size_t R,
                             const float* HWY_RESTRICT k, int64_t d,
@@ -126,6 +139,7 @@ HWY_NOINLINE void ScoreKeys(const float* HWY_RESTRICT qt, size_t R,
   const size_t N = hn::Lanes(df);
   const VF finish = hn::Set(df, finish_scale);
   constexpr bool kGauss = kKind == kGaussian;
+  constexpr bool kFinish = kGauss || kKind == kDotScaled;
   (void)w_v;
 #define QKV_DECL(u)                                   \
   const float* HWY_RESTRICT k##u = k + (u < U ? u : 0) * d; \
@@ -140,9 +154,9 @@ HWY_NOINLINE void ScoreKeys(const float* HWY_RESTRICT qt, size_t R,
   if (u < U) {                                           \
     const VF b = hn::Set(df, k##u[t]);                   \
     if (kKind == kAdditive) {                            \
-      a##u##0 = hn::MulAdd(w, hn::Tanh(df, hn::Add(q0, b)), a##u##0); \
+      a##u##0 = hn::MulAdd(w, TanhOf(hn::Add(q0, b)), a##u##0); \
       if (RV > 1) {                                      \
-        a##u##1 = hn::MulAdd(w, hn::Tanh(df, hn::Add(q1, b)), a##u##1); \
+        a##u##1 = hn::MulAdd(w, TanhOf(hn::Add(q1, b)), a##u##1); \
       }                                                  \
     } else if (kGauss) {                                 \
       const VF e0 = hn::Sub(q0, b);                      \
@@ -162,7 +176,7 @@ HWY_NOINLINE void ScoreKeys(const float* HWY_RESTRICT qt, size_t R,
 #define QKV_STORE(u)                                                 \
   if (u < U) {                                                       \
     VF s0 = a##u##0, s1 = a##u##1;                                   \
-    if (kGauss) {                                                    \
+    if (kFinish) {                                                   \
       s0 = hn::Mul(s0, finish);                                      \
       s1 = hn::Mul(s1, finish);                                      \
     }                                                                \
@@ -356,6 +370,9 @@ void RunTile(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
     } else if (op.kind == kGaussian) {
       Scores<RV, kGaussian>(tile.qt, R, k + j0 * d, d, nb, op.finish, p.w_v,
                             st);
+    } else if (op.kind == kDotScaled) {
+      Scores<RV, kDotScaled>(tile.qt, R, k + j0 * d, d, nb, op.finish, p.w_v,
+                             st);
     } else {
       Scores<RV, kDot>(tile.qt, R, k + j0 * d, d, nb, 1.0f, p.w_v, st);
     }
@@ -451,7 +468,7 @@ HWY_NOINLINE void RowScores(const float* HWY_RESTRICT q,
   const int64_t d_full = d - d % N;
   auto step = [](VF qv, VF kv, VF wv, VF acc) HWY_ATTR {
     if (kKind == kAdditive) {
-      return hn::MulAdd(wv, hn::Tanh(DF(), hn::Add(qv, kv)), acc);
+      return hn::MulAdd(wv, TanhOf(hn::Add(qv, kv)), acc);
     }
     if (kKind == kGaussian) {
       const VF e = hn::Sub(qv, kv);
@@ -619,7 +636,7 @@ void RunRowsTiny(const Problem& p, const Operands& op, const TileTask& task,
     if (op.kind == kAdditive) {
       for (int64_t t = 0; t < d; ++t) {
         const VF x = hn::Add(hn::Set(df, q[t]), hn::Load(df, tile.kt + t * N));
-        s = hn::MulAdd(hn::Set(df, p.w_v[t]), hn::Tanh(df, x), s);
+        s = hn::MulAdd(hn::Set(df, p.w_v[t]), TanhOf(x), s);
       }
     } else if (op.kind == kGaussian) {
       for (int64_t t = 0; t < d; ++t) {
@@ -631,6 +648,7 @@ void RunRowsTiny(const Problem& p, const Operands& op, const TileTask& task,
       for (int64_t t = 0; t < d; ++t) {
         s = hn::MulAdd(hn::Set(df, q[t]), hn::Load(df, tile.kt + t * N), s);
       }
+      if (op.kind == kDotScaled) s = hn::Mul(s, hn::Set(df, op.finish));
     }
     if (tile.bias[r] != nullptr) {
       for (int64_t j = 0; j < N; ++j) tile.tail[j] = j < lk ? tile.bias[r][j] : 0.0f;
@@ -644,7 +662,11 @@ void RunRowsTiny(const Problem& p, const Operands& op, const TileTask& task,
     const int64_t row = tile.row[r];
     float* out = p.out + row * dv;
     float* w = p.weights != nullptr ? p.weights + row * lk : nullptr;
-    if (m == -INFINITY) {  // no visible key
+    const VF e = ExpNonPositive(hn::Sub(s, hn::Set(df, m)));
+    const float l = hn::GetLane(hn::SumOfLanes(df, e));
+    // No visible key: the max is -inf, or on targets whose max of an all -inf
+    // vector is -FLT_MAX (EMU128) every term is exp(-inf) = 0.
+    if (m == -INFINITY || l == 0.0f) {
       for (int64_t c = 0; c < dv; ++c) out[c] = 0.0f;
       if (w != nullptr) {
         for (int64_t j = 0; j < lk; ++j) w[j] = 0.0f;
@@ -652,8 +674,6 @@ void RunRowsTiny(const Problem& p, const Operands& op, const TileTask& task,
       if (p.lse != nullptr) p.lse[row] = -INFINITY;
       continue;
     }
-    const VF e = ExpNonPositive(hn::Sub(s, hn::Set(df, m)));
-    const float l = hn::GetLane(hn::SumOfLanes(df, e));
     const float inv_l = 1.0f / l;
     const auto read = hn::Gt(e, zero);  // hidden keys' values are not read
     for (int64_t c = 0; c < dv; ++c) {
@@ -695,7 +715,8 @@ void RunRows(const Problem& p, const Operands& op, const TileTask& task,
       } else if (op.kind == kGaussian) {
         RowScores<kGaussian>(qr, k + j0 * d, d, nb, op.finish, p.w_v, st);
       } else {
-        RowScores<kDot>(qr, k + j0 * d, d, nb, 1.0f, p.w_v, st);
+        // op.finish: 1 when the scale is folded into the queries.
+        RowScores<kDot>(qr, k + j0 * d, d, nb, op.finish, p.w_v, st);
       }
       if (tile.bias[r] != nullptr) AddBias(tile.bias[r], j0, nb, 1, st);
       if (p.weights != nullptr) {

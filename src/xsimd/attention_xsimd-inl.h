@@ -110,7 +110,8 @@ struct Attention {
   // ------------------------------------------------------------ tile path
 
   // st[j][*] for keys j < U of the block starting at k. RV row vectors
-  // (R = RV * N lanes); Gaussian scores are finished by the factor -scale.
+  // (R = RV * N lanes); Gaussian scores are finished by the factor -scale,
+  // kDotScaled ones by scale.
   template <int RV, int U, int kKind>
   __attribute__((noinline)) static void ScoreKeys(
       const float* __restrict qt, size_t R, const float* __restrict k,
@@ -118,6 +119,7 @@ struct Attention {
       float* __restrict st) {
     const VF finish(finish_scale);
     constexpr bool kGauss = kKind == kGaussian;
+    constexpr bool kFinish = kGauss || kKind == kDotScaled;
     (void)w_v;
 #define QKV_DECL(u)                                         \
   const float* __restrict k##u = k + (u < U ? u : 0) * d;   \
@@ -152,7 +154,7 @@ struct Attention {
 #define QKV_STORE(u)                    \
   if (u < U) {                          \
     VF s0 = a##u##0, s1 = a##u##1;      \
-    if (kGauss) {                       \
+    if (kFinish) {                      \
       s0 = s0 * finish;                 \
       s1 = s1 * finish;                 \
     }                                   \
@@ -340,6 +342,9 @@ struct Attention {
       } else if (op.kind == kGaussian) {
         Scores<RV, kGaussian>(tile.qt, R, k + j0 * d, d, nb, op.finish,
                               p.w_v, st);
+      } else if (op.kind == kDotScaled) {
+        Scores<RV, kDotScaled>(tile.qt, R, k + j0 * d, d, nb, op.finish,
+                               p.w_v, st);
       } else {
         Scores<RV, kDot>(tile.qt, R, k + j0 * d, d, nb, 1.0f, p.w_v, st);
       }
@@ -614,7 +619,8 @@ struct Attention {
         } else if (op.kind == kGaussian) {
           RowScores<kGaussian>(qr, k + j0 * d, d, nb, op.finish, p.w_v, st);
         } else {
-          RowScores<kDot>(qr, k + j0 * d, d, nb, 1.0f, p.w_v, st);
+          // op.finish: 1 when the scale is folded into the queries.
+          RowScores<kDot>(qr, k + j0 * d, d, nb, op.finish, p.w_v, st);
         }
         if (tile.bias[r] != nullptr) AddBias(tile.bias[r], j0, nb, 1, st);
         if (p.weights != nullptr) {

@@ -40,11 +40,13 @@ struct qkv_layout_i64_probe {
 QKV_LAYOUT_ASSERT(enum_is_32_bit, sizeof(qkv_score) == 4);
 QKV_LAYOUT_ASSERT(status_is_32_bit, sizeof(qkv_status) == 4);
 QKV_LAYOUT_ASSERT(float_is_32_bit, sizeof(float) == 4);
-QKV_LAYOUT_ASSERT(struct_size_first, offsetof(qkv_attention_desc, struct_size) == 0);
+QKV_LAYOUT_ASSERT(struct_size_first,
+                  offsetof(qkv_attention_desc, struct_size) == 0);
 
 #if UINTPTR_MAX == 0xffffffffffffffffu
 /* ---- 64-bit: LP64 (Linux, macOS) and LLP64 (Windows) ---- */
-QKV_LAYOUT_ASSERT(pointers_are_64_bit, sizeof(void *) == 8 && sizeof(size_t) == 8);
+QKV_LAYOUT_ASSERT(pointers_are_64_bit,
+                  sizeof(void *) == 8 && sizeof(size_t) == 8);
 QKV_PIN(struct_size, 0);
 QKV_PIN(batch, 8);
 QKV_PIN(q_heads, 16);
@@ -73,7 +75,8 @@ QKV_LAYOUT_ASSERT(size, sizeof(qkv_attention_desc) == 184);
 
 #elif UINTPTR_MAX == 0xffffffffu
 /* ---- 32-bit: size_t and pointers are 4 bytes ---- */
-QKV_LAYOUT_ASSERT(pointers_are_32_bit, sizeof(void *) == 4 && sizeof(size_t) == 4);
+QKV_LAYOUT_ASSERT(pointers_are_32_bit,
+                  sizeof(void *) == 4 && sizeof(size_t) == 4);
 QKV_PIN(struct_size, 0);
 #if defined(__i386__) || defined(_M_IX86)
 /* i386 System V: int64_t members are 4-byte aligned, the struct too. */

@@ -30,9 +30,9 @@ enum qkv_alloc_kind {
   QKV_ALLOC_CALLOC,
   QKV_ALLOC_REALLOC,
   QKV_ALLOC_FREE,
-  QKV_ALLOC_ALIGNED, /* aligned_alloc, posix_memalign, memalign, valloc */
-  QKV_ALLOC_NEW,     /* every operator new */
-  QKV_ALLOC_DELETE,  /* every operator delete */
+  QKV_ALLOC_ALIGNED,    /* aligned_alloc, posix_memalign, memalign, valloc */
+  QKV_ALLOC_NEW,        /* every operator new */
+  QKV_ALLOC_DELETE,     /* every operator delete */
   QKV_ALLOC_HOOK_ALLOC, /* sanitizer hook: any allocation */
   QKV_ALLOC_HOOK_FREE,  /* sanitizer hook: any deallocation */
   QKV_ALLOC_KINDS

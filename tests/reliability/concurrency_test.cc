@@ -177,8 +177,8 @@ TEST(ReliabilityConcurrency, EightThreadsMatchOneThread) {
         << c.name << ": " << qkv_status_string(expected.back().status);
   }
   // mismatches[t][c]: calls of thread t on case c that differed.
-  std::vector<std::vector<int>> mismatches(
-      kThreads, std::vector<int>(cases.size(), 0));
+  std::vector<std::vector<int>> mismatches(kThreads,
+                                           std::vector<int>(cases.size(), 0));
   std::atomic<int> calls{0};
   StartLine start(kThreads);
   std::vector<std::thread> threads;

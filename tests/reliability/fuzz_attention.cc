@@ -45,11 +45,11 @@
 
 namespace {
 
-constexpr size_t kCapFloats = size_t{1} << 18;  // 1 MiB over all buffers
-constexpr double kCapWork = 3e6;                // multiply-adds per call
-constexpr size_t kMaxStruct = 8192;             // descriptor bytes we give
+constexpr size_t kCapFloats = size_t{1} << 18;     // 1 MiB over all buffers
+constexpr double kCapWork = 3e6;                   // multiply-adds per call
+constexpr size_t kMaxStruct = 8192;                // descriptor bytes we give
 constexpr size_t kCapWorkspace = size_t{1} << 24;  // larger: none is given
-constexpr uint32_t kSentinelBits = 0x7FBADBADu;  // a signalling NaN
+constexpr uint32_t kSentinelBits = 0x7FBADBADu;    // a signalling NaN
 
 bool Verbose() {
   static const bool v = getenv("QKV_FUZZ_VERBOSE") != nullptr;
@@ -75,8 +75,8 @@ bool Skipped(const char* backend) {
   fprintf(stderr, "qkv fuzz: CHECK FAILED: %s (%lld, %lld)\n", what, a, b);
   abort();
 }
-#define CHECK(cond, ...) \
-  do {                   \
+#define CHECK(cond, ...)                        \
+  do {                                          \
     if (!(cond)) Fail(#cond " : " __VA_ARGS__); \
   } while (0)
 
@@ -125,20 +125,36 @@ struct Rng {
 struct Field {
   size_t offset, size;
 };
-#define QKV_F(name)                               \
-  Field {                                         \
-    offsetof(qkv_attention_desc, name),           \
+#define QKV_F(name)                                  \
+  Field {                                            \
+    offsetof(qkv_attention_desc, name),              \
         sizeof(((qkv_attention_desc*)nullptr)->name) \
   }
 const Field kFields[] = {
-    QKV_F(struct_size),  QKV_F(batch),        QKV_F(q_heads),
-    QKV_F(kv_heads),     QKV_F(q_len),        QKV_F(kv_len),
-    QKV_F(head_dim),     QKV_F(value_dim),    QKV_F(score),
-    QKV_F(scale),        QKV_F(mask),         QKV_F(valid_lens),
-    QKV_F(valid_lens_per_query), QKV_F(bias), QKV_F(bias_batch_stride),
-    QKV_F(bias_head_stride), QKV_F(additive_hidden), QKV_F(additive_w_q),
-    QKV_F(additive_w_k), QKV_F(additive_w_v), QKV_F(parallel_for),
-    QKV_F(parallel_ctx), QKV_F(num_workers), QKV_F(backend),
+    QKV_F(struct_size),
+    QKV_F(batch),
+    QKV_F(q_heads),
+    QKV_F(kv_heads),
+    QKV_F(q_len),
+    QKV_F(kv_len),
+    QKV_F(head_dim),
+    QKV_F(value_dim),
+    QKV_F(score),
+    QKV_F(scale),
+    QKV_F(mask),
+    QKV_F(valid_lens),
+    QKV_F(valid_lens_per_query),
+    QKV_F(bias),
+    QKV_F(bias_batch_stride),
+    QKV_F(bias_head_stride),
+    QKV_F(additive_hidden),
+    QKV_F(additive_w_q),
+    QKV_F(additive_w_k),
+    QKV_F(additive_w_v),
+    QKV_F(parallel_for),
+    QKV_F(parallel_ctx),
+    QKV_F(num_workers),
+    QKV_F(backend),
 };
 #undef QKV_F
 
@@ -159,8 +175,8 @@ qkv_attention_desc Effective(const unsigned char* bytes, size_t size,
     }
   }
   if (!scale_read) {
-    e.scale = e.head_dim > 0 ? 1.0f / sqrtf(static_cast<float>(e.head_dim))
-                             : 0.0f;
+    e.scale =
+        e.head_dim > 0 ? 1.0f / sqrtf(static_cast<float>(e.head_dim)) : 0.0f;
   }
   *newer = false;
   for (size_t i = sizeof(qkv_attention_desc); i < size; ++i) {
@@ -232,11 +248,11 @@ Counts CountsOf(const qkv_attention_desc& e) {
 
 // The contract's verdict on a call, from the bad-input table.
 enum Verdict {
-  kInvalid,      // must be QKV_ERR_INVALID_ARGUMENT
-  kUnsupported,  // must be QKV_ERR_UNSUPPORTED
-  kValid,        // OK, or WORKSPACE_TOO_SMALL if the workspace is short
-  kNamedBackend, // as kValid, but a forced backend may also say UNSUPPORTED
-  kUnknown,      // some error or OK: the model does not decide
+  kInvalid,       // must be QKV_ERR_INVALID_ARGUMENT
+  kUnsupported,   // must be QKV_ERR_UNSUPPORTED
+  kValid,         // OK, or WORKSPACE_TOO_SMALL if the workspace is short
+  kNamedBackend,  // as kValid, but a forced backend may also say UNSUPPORTED
+  kUnknown,       // some error or OK: the model does not decide
 };
 
 struct Call {
@@ -249,8 +265,8 @@ struct Call {
 
 // Contract verdict for the descriptor alone (not the data pointers).
 // `struct_size` is the raw value the caller set.
-Verdict DescVerdict(size_t struct_size, const qkv_attention_desc& e,
-                    bool newer, bool* hostile_workers) {
+Verdict DescVerdict(size_t struct_size, const qkv_attention_desc& e, bool newer,
+                    bool* hostile_workers) {
   *hostile_workers = false;
   if (struct_size < sizeof(size_t) || struct_size > 4096) return kInvalid;
   const Counts c = CountsOf(e);
@@ -276,8 +292,7 @@ Verdict DescVerdict(size_t struct_size, const qkv_attention_desc& e,
   bool additive_extent_unknown = false;
   if (score == QKV_SCORE_ADDITIVE) {
     if (e.additive_hidden <= 0 || e.additive_w_q == nullptr ||
-        e.additive_w_k == nullptr || e.additive_w_v == nullptr ||
-        c.w_qk < 0) {
+        e.additive_w_k == nullptr || e.additive_w_v == nullptr || c.w_qk < 0) {
       return kInvalid;
     }
     // The library also refuses projections whose element counts do not fit;
@@ -336,7 +351,8 @@ bool AnySentinel(const std::vector<float>& x) {
   return false;
 }
 
-uint64_t Hash(const void* p, size_t bytes, uint64_t h = 1469598103934665603ull) {
+uint64_t Hash(const void* p, size_t bytes,
+              uint64_t h = 1469598103934665603ull) {
   const unsigned char* b = static_cast<const unsigned char*>(p);
   for (size_t i = 0; i < bytes; ++i) {
     h ^= b[i];
@@ -447,8 +463,8 @@ void PrintDesc(const char* what, const qkv_attention_desc& e, size_t ss) {
           "w=%p,%p,%p pool=%p workers=%zu backend=%s\n",
           what, ss, (long long)e.batch, (long long)e.q_heads,
           (long long)e.kv_heads, (long long)e.q_len, (long long)e.kv_len,
-          (long long)e.head_dim, (long long)e.value_dim, score, e.scale,
-          e.mask, (const void*)e.valid_lens, e.valid_lens_per_query,
+          (long long)e.head_dim, (long long)e.value_dim, score, e.scale, e.mask,
+          (const void*)e.valid_lens, e.valid_lens_per_query,
           (const void*)e.bias, (long long)e.bias_batch_stride,
           (long long)e.bias_head_stride, (long long)e.additive_hidden,
           (const void*)e.additive_w_q, (const void*)e.additive_w_k,
@@ -462,8 +478,7 @@ struct Outputs {
   std::vector<float> out, weights, lse;
 };
 Outputs RunFresh(const qkv_attention_desc& d, const float* q, const float* k,
-                 const float* v, size_t n_out, size_t n_weights,
-                 size_t n_lse) {
+                 const float* v, size_t n_out, size_t n_weights, size_t n_lse) {
   Outputs r;
   r.out.resize(n_out);
   r.weights.resize(n_weights);
@@ -473,10 +488,9 @@ Outputs RunFresh(const qkv_attention_desc& d, const float* q, const float* k,
   FillSentinel(&r.lse);
   const size_t ws_size = qkv_attention_workspace_size(&d);
   std::vector<unsigned char> ws(ws_size);
-  r.status = qkv_attention_f32(&d, q, k, v, r.out.data(),
-                               n_weights ? r.weights.data() : nullptr,
-                               n_lse ? r.lse.data() : nullptr,
-                               ws_size ? ws.data() : nullptr, ws_size);
+  r.status = qkv_attention_f32(
+      &d, q, k, v, r.out.data(), n_weights ? r.weights.data() : nullptr,
+      n_lse ? r.lse.data() : nullptr, ws_size ? ws.data() : nullptr, ws_size);
   return r;
 }
 
@@ -498,7 +512,7 @@ void RunOne(const uint8_t* data, size_t size) {
   const uint8_t flags = in.U8();
   const bool want_weights = flags & 1;
   const bool want_lse = flags & 2;
-  const int ws_mode = (flags >> 2) & 3;  // exact, short, none, larger+odd
+  const int ws_mode = (flags >> 2) & 3;    // exact, short, none, larger+odd
   const int pool_mode = (flags >> 4) & 3;  // none, forward, backward, evens
   const bool null_mode = flags & 0x40;
   const bool struct_mode = flags & 0x80;
@@ -523,7 +537,8 @@ void RunOne(const uint8_t* data, size_t size) {
       d.kv_heads = 1 + b % 4;
     } else {
       const int idx = b - 0xF0;
-      d.kv_heads = idx >= 14 ? static_cast<int64_t>(in.U64()) : kHostileSizes[idx];
+      d.kv_heads =
+          idx >= 14 ? static_cast<int64_t>(in.U64()) : kHostileSizes[idx];
     }
   }
   d.q_len = Size(&in, 40);
@@ -546,24 +561,49 @@ void RunOne(const uint8_t* data, size_t size) {
   {
     const uint8_t b = in.U8();
     switch (b % 16) {
-      case 0: break;  // default 1/sqrt(head_dim)
-      case 1: d.scale = 0.0f; break;
-      case 2: d.scale = NAN; break;
-      case 3: d.scale = INFINITY; break;
-      case 4: d.scale = -INFINITY; break;
-      case 5: d.scale = in.F32(); break;
-      case 6: d.scale = 1e4f; break;
-      case 7: d.scale = -1.0f; break;
-      case 8: d.scale = 0.5f; break;
-      case 9: d.scale = 1e-30f; break;
-      case 10: d.scale = FLT_MAX; break;
+      case 0:
+        break;  // default 1/sqrt(head_dim)
+      case 1:
+        d.scale = 0.0f;
+        break;
+      case 2:
+        d.scale = NAN;
+        break;
+      case 3:
+        d.scale = INFINITY;
+        break;
+      case 4:
+        d.scale = -INFINITY;
+        break;
+      case 5:
+        d.scale = in.F32();
+        break;
+      case 6:
+        d.scale = 1e4f;
+        break;
+      case 7:
+        d.scale = -1.0f;
+        break;
+      case 8:
+        d.scale = 0.5f;
+        break;
+      case 9:
+        d.scale = 1e-30f;
+        break;
+      case 10:
+        d.scale = FLT_MAX;
+        break;
       case 11: {
         const uint32_t snan = 0x7F800001u;
         memcpy(&d.scale, &snan, sizeof snan);
         break;
       }
-      case 12: d.scale = 1e-40f; break;  // subnormal
-      default: d.scale *= 1.0f + static_cast<float>(b >> 4) / 4.0f; break;
+      case 12:
+        d.scale = 1e-40f;
+        break;  // subnormal
+      default:
+        d.scale *= 1.0f + static_cast<float>(b >> 4) / 4.0f;
+        break;
     }
   }
   // 5. mask
@@ -586,12 +626,18 @@ void RunOne(const uint8_t* data, size_t size) {
   const int bias_values = bias_byte >> 5;
   auto stride = [&](int mode, int64_t dense) -> int64_t {
     switch (mode) {
-      case 0: return 0;
-      case 1: return dense;
-      case 2: return in.U8();
+      case 0:
+        return 0;
+      case 1:
+        return dense;
+      case 2:
+        return in.U8();
       default: {
         const uint8_t b = in.U8();
-        const int64_t bad[] = {-1, INT64_MAX, int64_t{1} << 62, INT64_MIN,
+        const int64_t bad[] = {-1,
+                               INT64_MAX,
+                               int64_t{1} << 62,
+                               INT64_MIN,
                                int64_t{1} << 33,
                                dense == INT64_MIN ? INT64_MIN : -dense};
         return b % 7 == 6 ? static_cast<int64_t>(in.U64()) : bad[b % 7];
@@ -610,16 +656,22 @@ void RunOne(const uint8_t* data, size_t size) {
     const uint8_t b = in.U8();
     d.additive_hidden = 1 + b % 24;
     if (b >= 0xF0) {
-      const int64_t bad[] = {0, -1, INT64_MAX, int64_t{1} << 40,
-                             int64_t{1} << 31, INT64_MIN, int64_t{1} << 20, 0};
+      const int64_t bad[] = {0,
+                             -1,
+                             INT64_MAX,
+                             int64_t{1} << 40,
+                             int64_t{1} << 31,
+                             INT64_MIN,
+                             int64_t{1} << 20,
+                             0};
       d.additive_hidden = bad[b - 0xF0 < 8 ? b - 0xF0 : 7];
     }
   }
   const uint8_t w_byte = in.U8();
   // 9. data magnitudes
   const uint8_t data_byte = in.U8();
-  const float kMags[8] = {1.0f, 0.01f, 10.0f, 100.0f, 1e4f, 1e-20f, 1e20f,
-                          3e38f};
+  const float kMags[8] = {1.0f, 0.01f,  10.0f, 100.0f,
+                          1e4f, 1e-20f, 1e20f, 3e38f};
   const float qk_mag = kMags[data_byte & 7];
   const float v_mag = kMags[(data_byte >> 3) & 7];
   const bool small_ints = data_byte & 0x40;
@@ -642,8 +694,8 @@ void RunOne(const uint8_t* data, size_t size) {
     const uint8_t b = in.U8();
     size_t workers = b % 9;
     if (b >= 0xF0) {
-      const size_t bad[] = {SIZE_MAX, size_t{1} << 40, 1000, 4096,
-                            size_t{1} << 20, SIZE_MAX / 2, 65, 0};
+      const size_t bad[] = {SIZE_MAX,        size_t{1} << 40, 1000, 4096,
+                            size_t{1} << 20, SIZE_MAX / 2,    65,   0};
       workers = bad[(b - 0xF0) % 8];
     }
     if (pool_mode != 0) {
@@ -684,8 +736,8 @@ void RunOne(const uint8_t* data, size_t size) {
       sizes.push_back(f.offset + f.size - 1);
     }
     const size_t n_fixed = sizes.size();
-    sizes.insert(sizes.end(), {sizeof d + 1, sizeof d + 8, sizeof d + 8,
-                               4096, 4096, 4097, kMaxStruct});
+    sizes.insert(sizes.end(), {sizeof d + 1, sizeof d + 8, sizeof d + 8, 4096,
+                               4096, 4097, kMaxStruct});
     const uint8_t b = in.U8();
     const size_t idx = b % sizes.size();
     struct_size = sizes[idx];
@@ -700,8 +752,7 @@ void RunOne(const uint8_t* data, size_t size) {
 
   // ---- the descriptor's memory: exactly struct_size bytes (at least the
   // size_t the library must read first).
-  const size_t desc_bytes =
-      std::max(struct_size, sizeof(size_t));
+  const size_t desc_bytes = std::max(struct_size, sizeof(size_t));
   CHECK(desc_bytes <= kMaxStruct, "descriptor buffer");
   std::vector<unsigned char> desc_buf(desc_bytes, 0);
   d.struct_size = struct_size;
@@ -730,7 +781,8 @@ void RunOne(const uint8_t* data, size_t size) {
     if (e_additive) {
       floats += c.w_qk >= 0 ? 2.0 * c.w_qk + e.additive_hidden : 1e300;
     }
-    const double hidden = e_additive ? static_cast<double>(e.additive_hidden) : 0;
+    const double hidden =
+        e_additive ? static_cast<double>(e.additive_hidden) : 0;
     work = static_cast<double>(c.rows) * e.kv_len *
                (e.head_dim + e.value_dim + hidden) +
            (e_additive ? (static_cast<double>(c.k) + c.q) * hidden : 0);
@@ -745,16 +797,17 @@ void RunOne(const uint8_t* data, size_t size) {
     valid_lens.v.resize(static_cast<size_t>(c.valid_lens));
     for (int32_t& x : valid_lens.v) {
       const int64_t kv = e.kv_len;
-      x = vl_mode == 1   ? 0
-          : vl_mode == 2 ? static_cast<int32_t>(std::min<int64_t>(kv, INT32_MAX))
-                         : static_cast<int32_t>(rng.Next() %
-                                                static_cast<uint64_t>(
-                                                    std::min<int64_t>(kv, INT32_MAX - 1) + 1));
+      x = vl_mode == 1 ? 0
+          : vl_mode == 2
+              ? static_cast<int32_t>(std::min<int64_t>(kv, INT32_MAX))
+              : static_cast<int32_t>(
+                    rng.Next() % static_cast<uint64_t>(
+                                     std::min<int64_t>(kv, INT32_MAX - 1) + 1));
     }
     if (vl_mode == 3 && !valid_lens.v.empty()) {
-      const int32_t bad[] = {-1, INT32_MIN, INT32_MAX,
-                             static_cast<int32_t>(std::min<int64_t>(
-                                 e.kv_len + 1, INT32_MAX))};
+      const int32_t bad[] = {
+          -1, INT32_MIN, INT32_MAX,
+          static_cast<int32_t>(std::min<int64_t>(e.kv_len + 1, INT32_MAX))};
       valid_lens.v[rng.Next() % valid_lens.v.size()] = bad[rng.Next() % 4];
     }
   }
@@ -763,15 +816,15 @@ void RunOne(const uint8_t* data, size_t size) {
   // Data buffers: exact when the call fits, tiny otherwise (the model below
   // then only runs calls the library must refuse before reading data).
   const size_t kTiny = 16;
-  auto count = [&](int64_t n) {
-    return fits ? static_cast<size_t>(n) : kTiny;
-  };
+  auto count = [&](int64_t n) { return fits ? static_cast<size_t>(n) : kTiny; };
   Buf<float> q(count(c.ok ? c.q : 0)), k(count(c.ok ? c.k : 0)),
       v(count(c.ok ? c.v : 0));
   Buf<float> out(count(c.ok ? c.out : 0));
   Buf<float> weights(want_weights ? count(c.ok ? c.weights : 0) : 0);
   Buf<float> lse(want_lse ? count(c.ok ? c.rows : 0) : 0);
-  Buf<float> bias(e_bias && !bias_null ? count(c.ok ? std::max<int64_t>(c.bias, 1) : 0) : 0);
+  Buf<float> bias(e_bias && !bias_null
+                      ? count(c.ok ? std::max<int64_t>(c.bias, 1) : 0)
+                      : 0);
   Buf<float> w_q, w_k, w_v;
   if (e_additive && c.ok) {
     w_q.v.resize(count(std::max<int64_t>(c.w_qk, 1)));
@@ -794,24 +847,38 @@ void RunOne(const uint8_t* data, size_t size) {
     float& b = bias.v[i];
     const uint64_t r = rng.Next();
     switch (bias_values) {
-      case 0: b = rng.Uniform(-2, 2); break;
-      case 1: b = r % 4 == 0 ? -INFINITY : rng.Uniform(-2, 2); break;
-      case 2: b = (i / std::max<int64_t>(e.kv_len, 1)) % 3 == 0 ? -INFINITY
-                                                                : rng.Uniform(-1, 1);
-              break;
-      case 3: b = r % 20 == 0 ? (r % 40 == 0 ? NAN : INFINITY) : rng.Uniform(-1, 1);
-              break;
-      case 4: b = rng.Uniform(-1e4f, 1e4f); break;
-      case 5: b = -INFINITY; break;
-      case 6: b = rng.Uniform(-100, 100); break;
-      default: b = static_cast<float>(r % 3); break;
+      case 0:
+        b = rng.Uniform(-2, 2);
+        break;
+      case 1:
+        b = r % 4 == 0 ? -INFINITY : rng.Uniform(-2, 2);
+        break;
+      case 2:
+        b = (i / std::max<int64_t>(e.kv_len, 1)) % 3 == 0 ? -INFINITY
+                                                          : rng.Uniform(-1, 1);
+        break;
+      case 3:
+        b = r % 20 == 0 ? (r % 40 == 0 ? NAN : INFINITY) : rng.Uniform(-1, 1);
+        break;
+      case 4:
+        b = rng.Uniform(-1e4f, 1e4f);
+        break;
+      case 5:
+        b = -INFINITY;
+        break;
+      case 6:
+        b = rng.Uniform(-100, 100);
+        break;
+      default:
+        b = static_cast<float>(r % 3);
+        break;
     }
   }
   {
-    std::vector<float>* bufs[7] = {&q.v, &k.v, &v.v, &bias.v,
+    std::vector<float>* bufs[7] = {&q.v,   &k.v,   &v.v,  &bias.v,
                                    &w_q.v, &w_k.v, &w_v.v};
-    const float kinds[10] = {NAN, INFINITY, -INFINITY, 1e4f, -1e4f, 1e30f,
-                             -FLT_MAX, 1e-40f, -0.0f, 3e38f};
+    const float kinds[10] = {NAN,   INFINITY, -INFINITY, 1e4f,  -1e4f,
+                             1e30f, -FLT_MAX, 1e-40f,    -0.0f, 3e38f};
     for (const Special& s : specials) {
       std::vector<float>* b = bufs[s.buffer];
       if (!b->empty()) (*b)[s.index % b->size()] = kinds[s.kind];
@@ -838,8 +905,7 @@ void RunOne(const uint8_t* data, size_t size) {
   const float* v_ptr = (null_byte & 8) ? nullptr : v.ptr();
   float* out_ptr = (null_byte & 16) ? nullptr : out.ptr();
   const unsigned char* desc_ptr = (null_byte & 1) ? nullptr : desc_buf.data();
-  const auto* desc =
-      reinterpret_cast<const qkv_attention_desc*>(desc_ptr);
+  const auto* desc = reinterpret_cast<const qkv_attention_desc*>(desc_ptr);
   if (desc == nullptr || q_ptr == nullptr || k_ptr == nullptr ||
       v_ptr == nullptr || out_ptr == nullptr) {
     verdict = kInvalid;
@@ -865,9 +931,15 @@ void RunOne(const uint8_t* data, size_t size) {
   }
   size_t ws_size = 0, ws_offset = 0;
   switch (fits && ws_query <= kCapWorkspace ? ws_mode : 2) {
-    case 0: ws_size = ws_query; break;
-    case 1: ws_size = ws_query > 0 ? ws_query - 1 : 0; break;
-    case 2: ws_size = 0; break;
+    case 0:
+      ws_size = ws_query;
+      break;
+    case 1:
+      ws_size = ws_query > 0 ? ws_query - 1 : 0;
+      break;
+    case 2:
+      ws_size = 0;
+      break;
     default:
       ws_size = ws_query + 1 + rng.Next() % 64;
       ws_offset = 1 + rng.Next() % 63;
@@ -882,15 +954,15 @@ void RunOne(const uint8_t* data, size_t size) {
     verdict = kInvalid;  // README: NULL workspace with a size is INVALID
   }
 
-  const uint64_t in_hash =
-      Hash(q.v.data(), q.v.size() * 4,
-           Hash(k.v.data(), k.v.size() * 4,
-                Hash(v.v.data(), v.v.size() * 4,
-                     Hash(bias.v.data(), bias.v.size() * 4,
-                          Hash(valid_lens.v.data(), valid_lens.v.size() * 4,
-                               Hash(w_q.v.data(), w_q.v.size() * 4,
-                                    Hash(w_k.v.data(), w_k.v.size() * 4,
-                                         Hash(w_v.v.data(), w_v.v.size() * 4))))))));
+  const uint64_t in_hash = Hash(
+      q.v.data(), q.v.size() * 4,
+      Hash(k.v.data(), k.v.size() * 4,
+           Hash(v.v.data(), v.v.size() * 4,
+                Hash(bias.v.data(), bias.v.size() * 4,
+                     Hash(valid_lens.v.data(), valid_lens.v.size() * 4,
+                          Hash(w_q.v.data(), w_q.v.size() * 4,
+                               Hash(w_k.v.data(), w_k.v.size() * 4,
+                                    Hash(w_v.v.data(), w_v.v.size() * 4))))))));
   const uint64_t desc_hash = Hash(desc_buf.data(), desc_buf.size());
 
   if (Verbose()) {
@@ -902,9 +974,9 @@ void RunOne(const uint8_t* data, size_t size) {
             null_byte);
   }
 
-  const qkv_status st = qkv_attention_f32(
-      desc, q_ptr, k_ptr, v_ptr, out_ptr, weights.ptr(), lse.ptr(), ws_ptr,
-      ws_size);
+  const qkv_status st =
+      qkv_attention_f32(desc, q_ptr, k_ptr, v_ptr, out_ptr, weights.ptr(),
+                        lse.ptr(), ws_ptr, ws_size);
   if (Verbose()) fprintf(stderr, "  status=%d\n", st);
 
   // ---- checks
@@ -950,8 +1022,8 @@ void RunOne(const uint8_t* data, size_t size) {
         CHECK(st == QKV_OK, "valid call with enough workspace failed", st,
               static_cast<long long>(ws_query));
       } else {
-        CHECK(st == QKV_ERR_WORKSPACE_TOO_SMALL, "want WORKSPACE_TOO_SMALL",
-              st, static_cast<long long>(ws_query));
+        CHECK(st == QKV_ERR_WORKSPACE_TOO_SMALL, "want WORKSPACE_TOO_SMALL", st,
+              static_cast<long long>(ws_query));
       }
       break;
     case kUnknown:
@@ -980,9 +1052,8 @@ void RunOne(const uint8_t* data, size_t size) {
   full.parallel_for = nullptr;
   full.parallel_ctx = nullptr;
   full.num_workers = 0;
-  const Outputs serial =
-      RunFresh(full, q.ptr(), k.ptr(), v.ptr(), out.v.size(), weights.v.size(),
-               lse.v.size());
+  const Outputs serial = RunFresh(full, q.ptr(), k.ptr(), v.ptr(), out.v.size(),
+                                  weights.v.size(), lse.v.size());
   CHECK(serial.status == QKV_OK, "the same call without a pool failed",
         serial.status);
   CHECK(BitwiseEqual(serial.out, out.v), "out depends on the pool/schedule");
@@ -1023,7 +1094,8 @@ void RunOne(const uint8_t* data, size_t size) {
   }
   for (size_t i = 0; i < weights.v.size(); ++i) {
     CHECK(weights.v[i] >= 0.0f && weights.v[i] <= 1.0f,
-          "weight outside [0, 1] from finite inputs", static_cast<long long>(i));
+          "weight outside [0, 1] from finite inputs",
+          static_cast<long long>(i));
   }
   for (size_t i = 0; i < lse.v.size(); ++i) {
     CHECK(isfinite(lse.v[i]) || lse.v[i] == -INFINITY,

@@ -220,17 +220,47 @@ def seeds():
     return s
 
 
+def regressions():
+    """Minimized inputs of bugs the fuzzer found, each written once per
+    backend index 0..7 (a backend byte picks qkv_backend_name(i % count), and
+    the builds differ in their backend lists)."""
+    r = {}
+    # highway:EMU128 (clang builds) took the all -inf max of a query with no
+    # visible key for -FLT_MAX and gave NaN out and weights.
+    r["no_visible_key_tiny"] = dict(batch=3, q_heads=4, kv_div=0, q_len=1,
+                                    kv_len=1, head_dim=1, value_dim=1,
+                                    mask=VALID, vl=1, seed=3)
+    # highway:EMU128 converted NaN to int32 inside Highway's Tanh (UBSan).
+    r["additive_nan_query_tanh"] = dict(q_len=5, kv_len=12, head_dim=2,
+                                        score=ADD, hidden=6,
+                                        specials=[(0, 3, 0), (1, 7, 0)],
+                                        seed=42)
+    # Every SIMD backend folded scale = FLT_MAX into the queries: scale * q
+    # overflowed, inf * 0 made NaN scores (keys -0 give scores of 0).
+    r["scale_flt_max_zero_keys"] = dict(q_len=1, kv_len=2, head_dim=1,
+                                        value_dim=1, scale=10,
+                                        specials=[(0, 0, 3), (1, 0, 8),
+                                                  (1, 1, 8)], seed=4)
+    return r
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     outdir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "corpus")
     os.makedirs(outdir, exist_ok=True)
     for old in os.listdir(outdir):
-        if old.startswith("seed-"):
+        if old.startswith("seed-") or old.startswith("regress-"):
             os.remove(os.path.join(outdir, old))
     for i, (name, data) in enumerate(sorted(seeds().items())):
         with open(os.path.join(outdir, "seed-%02d-%s" % (i, name)), "wb") as f:
             f.write(data)
-    print("wrote %d seeds to %s" % (len(seeds()), outdir))
+    for name, fields in sorted(regressions().items()):
+        for b in range(8):
+            with open(os.path.join(outdir, "regress-%s-b%d" % (name, b)),
+                      "wb") as f:
+                f.write(case(backend=2 + b, **fields))
+    print("wrote %d seeds and %d regression inputs to %s" %
+          (len(seeds()), 8 * len(regressions()), outdir))
 
 
 if __name__ == "__main__":

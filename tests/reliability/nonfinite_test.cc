@@ -8,7 +8,10 @@
 //      in lse, whatever sits in q, k and v;
 //  (d) logits around 1e4 whose best key leads by more than ~104 give exactly
 //      one-hot weights (1 and 0), out equal to the chosen v row, and a finite
-//      lse.
+//      lse;
+//  (e) a scale whose product with a query element overflows, while the
+//      scores do not, gives the scores' softmax (the scale is applied after
+//      the dot product when |scale| > 1).
 // Shapes take every Highway path: "tile" (GQA, 38 rows per kv head, three
 // key blocks of 64), "decode" (4 rows per kv head: the row path) and "tiny"
 // (3 keys, fewer than the lanes of any vector target: keys in lanes).
@@ -63,7 +66,7 @@ const MaskConfig kMasks[] = {
 using Param = std::tuple<std::string, int>;  // backend, score
 
 std::string ScoreName(int score) {
-  return score == QKV_SCORE_DOT ? "dot"
+  return score == QKV_SCORE_DOT        ? "dot"
          : score == QKV_SCORE_GAUSSIAN ? "gaussian"
                                        : "additive";
 }
@@ -139,16 +142,14 @@ bool Visible(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t j) {
   const qkv_attention_desc& d = p.desc;
   if ((d.mask & QKV_MASK_CAUSAL) && j > i + d.kv_len - d.q_len) return false;
   if (d.mask & QKV_MASK_VALID_LENS) {
-    const int32_t len =
-        d.valid_lens_per_query
-            ? p.valid_lens[static_cast<size_t>(b * d.q_len + i)]
-            : p.valid_lens[static_cast<size_t>(b)];
+    const int32_t len = d.valid_lens_per_query
+                            ? p.valid_lens[static_cast<size_t>(b * d.q_len + i)]
+                            : p.valid_lens[static_cast<size_t>(b)];
     if (j >= len) return false;
   }
   if (d.mask & QKV_MASK_BIAS) {
-    const size_t at = static_cast<size_t>(b * d.bias_batch_stride +
-                                          h * d.bias_head_stride +
-                                          i * d.kv_len + j);
+    const size_t at = static_cast<size_t>(
+        b * d.bias_batch_stride + h * d.bias_head_stride + i * d.kv_len + j);
     if (p.bias[at] == -kInf) return false;
   }
   return true;
@@ -211,8 +212,8 @@ class NonFiniteTest : public ::testing::TestWithParam<Param> {
   }
   void ReportLeaks(const char* policy) {
     if (num_leaks_ == 0) return;
-    std::string msg = std::to_string(num_leaks_) + " violation(s) of: " +
-                      policy + "\n";
+    std::string msg =
+        std::to_string(num_leaks_) + " violation(s) of: " + policy + "\n";
     for (const std::string& l : leaks_) msg += "  " + l + "\n";
     ADD_FAILURE() << msg;
   }
@@ -325,8 +326,8 @@ TEST_P(NonFiniteTest, PoisonedQueryStaysInItsRow) {
           p.q[at] = poison;
           const Outputs got = RunAttention(p, FastRun());
           p.q[at] = saved;
-          const std::string where = std::string(s.name) + "/" + m.name +
-                                    ": " + PoisonName(poison) + " in q row " +
+          const std::string where = std::string(s.name) + "/" + m.name + ": " +
+                                    PoisonName(poison) + " in q row " +
                                     std::to_string(pr) + "[" +
                                     std::to_string(pt) + "]";
           if (got.status != QKV_OK) {
@@ -358,23 +359,32 @@ TEST_P(NonFiniteTest, FullyMaskedRowsGiveZerosEvenWithPoison) {
   // Causal with q_len > kv_len: rows i < q_len - kv_len see nothing. Valid
   // lengths / bias with zero-length rows come from the setters below.
   const Masked cases[] = {
-      {"causal_q_longer_than_kv", {"", 2, 4, 2, 40, 10, 20, 12},
+      {"causal_q_longer_than_kv",
+       {"", 2, 4, 2, 40, 10, 20, 12},
        {"causal", true, 0, false}},
-      {"valid_lens_zero", {"", 2, 4, 2, 19, 150, 20, 12},
+      {"valid_lens_zero",
+       {"", 2, 4, 2, 19, 150, 20, 12},
        {"valid_lens", false, 1, false}},
-      {"valid_lens_per_query_zero", {"", 2, 4, 2, 19, 150, 20, 12},
+      {"valid_lens_per_query_zero",
+       {"", 2, 4, 2, 19, 150, 20, 12},
        {"valid_lens_per_query", false, 2, false}},
-      {"bias_all_neg_inf_rows", {"", 2, 4, 2, 19, 150, 20, 12},
+      {"bias_all_neg_inf_rows",
+       {"", 2, 4, 2, 19, 150, 20, 12},
        {"bias", false, 0, true}},
-      {"decode_valid_lens_zero", {"", 2, 2, 1, 2, 150, 20, 12},
+      {"decode_valid_lens_zero",
+       {"", 2, 2, 1, 2, 150, 20, 12},
        {"valid_lens", false, 1, false}},
-      {"decode_bias_all_neg_inf", {"", 2, 2, 1, 2, 150, 20, 12},
+      {"decode_bias_all_neg_inf",
+       {"", 2, 2, 1, 2, 150, 20, 12},
        {"bias", false, 0, true}},
-      {"tiny_valid_lens_zero", {"", 3, 4, 1, 1, 1, 1, 1},
+      {"tiny_valid_lens_zero",
+       {"", 3, 4, 1, 1, 1, 1, 1},
        {"valid_lens_per_query", false, 2, false}},
-      {"tiny_causal_q_longer", {"", 2, 2, 1, 5, 3, 4, 3},
+      {"tiny_causal_q_longer",
+       {"", 2, 2, 1, 5, 3, 4, 3},
        {"causal", true, 0, false}},
-      {"tiny_bias_all_neg_inf", {"", 2, 2, 2, 3, 3, 4, 3},
+      {"tiny_bias_all_neg_inf",
+       {"", 2, 2, 2, 3, 3, 4, 3},
        {"bias", false, 0, true}},
   };
   for (const Masked& c : cases) {
@@ -427,9 +437,8 @@ TEST_P(NonFiniteTest, FullyMaskedRowsGiveZerosEvenWithPoison) {
       if (poison == 3) {
         for (float& e : pp.q) e = kNaN;
       }
-      const char* const kPoisonNames[] = {"clean", "NaN k,v",
-                                          "+Inf k,v, NaN q of masked rows",
-                                          "NaN q,k,v"};
+      const char* const kPoisonNames[] = {
+          "clean", "NaN k,v", "+Inf k,v, NaN q of masked rows", "NaN q,k,v"};
       const std::string where =
           std::string(c.name) + " (" + kPoisonNames[poison] + ")";
       const Outputs got = RunAttention(pp, FastRun());
@@ -443,12 +452,14 @@ TEST_P(NonFiniteTest, FullyMaskedRowsGiveZerosEvenWithPoison) {
         for (int64_t c2 = 0; c2 < d.value_dim && why.empty(); ++c2) {
           const float o = got.out[row * static_cast<size_t>(d.value_dim) +
                                   static_cast<size_t>(c2)];
-          if (o != 0.0f) why = "out[" + std::to_string(c2) + "] = " + FloatBits(o);
+          if (o != 0.0f)
+            why = "out[" + std::to_string(c2) + "] = " + FloatBits(o);
         }
         for (int64_t j = 0; j < d.kv_len && why.empty(); ++j) {
           const float w = got.weights[row * static_cast<size_t>(d.kv_len) +
                                       static_cast<size_t>(j)];
-          if (w != 0.0f) why = "weights[" + std::to_string(j) + "] = " + FloatBits(w);
+          if (w != 0.0f)
+            why = "weights[" + std::to_string(j) + "] = " + FloatBits(w);
         }
         if (why.empty() && !(got.lse[row] == -kInf)) {
           why = "lse = " + FloatBits(got.lse[row]);
@@ -471,15 +482,15 @@ TEST_P(NonFiniteTest, HugeLogitsGiveExactOneHot) {
   for (const Shape& s : {kTile, kDecode, kTiny}) {
     for (const MaskConfig& m : masks) {
       const std::string where = std::string(s.name) + "/" + m.name;
-      Problem p = MakeCase(s, m, score(), backend(),
-                           SeedFromName(where + "huge"));
+      Problem p =
+          MakeCase(s, m, score(), backend(), SeedFromName(where + "huge"));
       qkv_attention_desc& d = p.desc;
       std::mt19937 rng(SeedFromName(where));
       // u: a permutation of kv_len evenly spaced values in [-1, 1].
       std::vector<float> u(static_cast<size_t>(d.kv_len));
       for (size_t j = 0; j < u.size(); ++j) {
-        u[j] = -1.0f + 2.0f * static_cast<float>(j) /
-                           static_cast<float>(u.size() - 1);
+        u[j] = -1.0f +
+               2.0f * static_cast<float>(j) / static_cast<float>(u.size() - 1);
       }
       std::shuffle(u.begin(), u.end(), rng);
       if (m.bias) {  // finite bias entries play no part: only -inf hides
@@ -552,8 +563,8 @@ TEST_P(NonFiniteTest, HugeLogitsGiveExactOneHot) {
         }
       }
       const Outputs got = RunAttention(p, FastRun());
-      ASSERT_EQ(got.status, QKV_OK) << where << ": "
-                                    << qkv_status_string(got.status);
+      ASSERT_EQ(got.status, QKV_OK)
+          << where << ": " << qkv_status_string(got.status);
       const int64_t group = d.q_heads / d.kv_heads;
       float max_v = 0.0f;
       for (float x : p.v) max_v = std::fmax(max_v, std::fabs(x));
@@ -592,13 +603,14 @@ TEST_P(NonFiniteTest, HugeLogitsGiveExactOneHot) {
               }
             }
             if (arg < 0) continue;  // fully masked: covered elsewhere
-            ASSERT_GT(best - second, 110.0) << where << " row " << r
-                                            << ": test construction";
+            ASSERT_GT(best - second, 110.0)
+                << where << " row " << r << ": test construction";
             ++one_hot_rows;
             if (std::fabs(best) >= 5e3) ++huge_rows;
             std::string why;
             for (int64_t j = 0; j < d.kv_len && why.empty(); ++j) {
-              const float w = got.weights[static_cast<size_t>(r * d.kv_len + j)];
+              const float w =
+                  got.weights[static_cast<size_t>(r * d.kv_len + j)];
               const float want = j == arg ? 1.0f : 0.0f;
               if (w != want) {
                 why = "weights[" + std::to_string(j) + "] = " + FloatBits(w) +
@@ -611,8 +623,8 @@ TEST_P(NonFiniteTest, HugeLogitsGiveExactOneHot) {
               const float o = got.out[static_cast<size_t>(r * d.value_dim + c)];
               if (!(std::fabs(o - vr[c]) <= 5e-5f * max_v)) {
                 why = "out[" + std::to_string(c) + "] = " + FloatBits(o) +
-                      ", want v[" + std::to_string(arg) + "] = " +
-                      FloatBits(vr[c]);
+                      ", want v[" + std::to_string(arg) +
+                      "] = " + FloatBits(vr[c]);
               }
             }
             const float lse = got.lse[static_cast<size_t>(r)];
@@ -636,6 +648,46 @@ TEST_P(NonFiniteTest, HugeLogitsGiveExactOneHot) {
   ReportLeaks("huge logits give exactly one-hot weights");
 }
 
+// (e) A scale whose product with a query element overflows f32 while the
+// score scale * (q . k) does not: the score is what it says, not a NaN from
+// inf * 0. scale = 2^127 with q_0 = +-2, q_1 = 3 and keys (c_j 2^-126, 0,
+// ...) gives scores 2 q_0 c_j exactly, the same scores as scale 1 with keys
+// (2 c_j, 0, ...): the two calls must agree bit for bit.
+TEST_P(NonFiniteTest, HugeScaleAppliesAfterTheDotProduct) {
+  if (score() != QKV_SCORE_DOT) return;  // the other scores fold no scale
+  for (const Shape& s : {kTile, kDecode, kTiny}) {
+    for (const MaskConfig& m : {kMasks[0], kMasks[5]}) {
+      const std::string where = std::string(s.name) + "/" + m.name;
+      Problem huge = MakeCase(s, m, score(), backend(), SeedFromName(where));
+      qkv_attention_desc& d = huge.desc;
+      const int64_t kv_rows = d.batch * d.kv_heads * d.kv_len;
+      const int64_t q_rows = d.batch * d.q_heads * d.q_len;
+      for (int64_t r = 0; r < q_rows; ++r) {
+        huge.q[static_cast<size_t>(r * d.head_dim)] = r % 2 ? -2.0f : 2.0f;
+        huge.q[static_cast<size_t>(r * d.head_dim + 1)] = 3.0f;
+      }
+      Problem plain = huge;
+      std::fill(huge.k.begin(), huge.k.end(), 0.0f);
+      std::fill(plain.k.begin(), plain.k.end(), 0.0f);
+      for (int64_t r = 0; r < kv_rows; ++r) {
+        const float c = static_cast<float>((r * 5) % 7 - 3);  // -3..3
+        huge.k[static_cast<size_t>(r * d.head_dim)] = std::ldexp(c, -126);
+        plain.k[static_cast<size_t>(r * d.head_dim)] = 2.0f * c;
+      }
+      d.scale = std::ldexp(1.0f, 127);
+      plain.desc.scale = 1.0f;
+      const Outputs a = RunAttention(huge);
+      const Outputs b = RunAttention(plain);
+      ASSERT_EQ(a.status, QKV_OK) << where;
+      ASSERT_EQ(b.status, QKV_OK) << where;
+      EXPECT_TRUE(BitwiseEqual(a.out, b.out)) << where << ": out";
+      EXPECT_TRUE(BitwiseEqual(a.weights, b.weights)) << where << ": weights";
+      EXPECT_TRUE(BitwiseEqual(a.lse, b.lse)) << where << ": lse";
+      for (float x : a.out) ASSERT_TRUE(std::isfinite(x)) << where;
+    }
+  }
+}
+
 std::vector<Param> AllParams() {
   std::vector<Param> params;
   for (const std::string& b : BackendNames()) {
@@ -644,12 +696,12 @@ std::vector<Param> AllParams() {
   return params;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Backends, NonFiniteTest, ::testing::ValuesIn(AllParams()),
-    [](const ::testing::TestParamInfo<Param>& info) {
-      return SanitizeForTestName(std::get<0>(info.param)) + "_" +
-             ScoreName(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Backends, NonFiniteTest,
+                         ::testing::ValuesIn(AllParams()),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           return SanitizeForTestName(std::get<0>(info.param)) +
+                                  "_" + ScoreName(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace qkv_test
