@@ -44,37 +44,6 @@ float DefaultScale(int64_t head_dim) {
   return head_dim > 0 ? 1.0f / sqrtf(static_cast<float>(head_dim)) : 0.0f;
 }
 
-// Copies the caller's descriptor into `d`, defaulting what its struct_size
-// does not cover. Sets *newer when the caller's struct is longer than ours
-// and has non-zero bytes there (fields this library does not know).
-qkv_status ReadDesc(const qkv_attention_desc* in, qkv_attention_desc* d,
-                    bool* newer) {
-  *newer = false;
-  if (in == nullptr) return QKV_ERR_INVALID_ARGUMENT;
-  const size_t size = in->struct_size;
-  if (size < sizeof(size_t) || size > kMaxStructSize) {
-    return QKV_ERR_INVALID_ARGUMENT;
-  }
-  if (size == sizeof(*d)) {  // the common case: a caller of this version
-    memcpy(d, in, sizeof(*d));
-    return QKV_OK;
-  }
-  size_t covered = 0;
-  for (size_t end : kFieldEnds) {
-    if (end <= size) covered = end;
-  }
-  memset(d, 0, sizeof(*d));
-  d->score = QKV_SCORE_DOT;
-  memcpy(d, in, covered);
-  if (covered < QKV_FIELD_END(scale)) d->scale = DefaultScale(d->head_dim);
-  d->struct_size = sizeof(*d);
-  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(in);
-  for (size_t i = sizeof(*d); i < size; ++i) {
-    if (bytes[i] != 0) *newer = true;
-  }
-  return QKV_OK;
-}
-
 // a * b into *out; false when it overflows int64 (both are >= 0).
 bool Mul(int64_t a, int64_t b, int64_t* out) {
 #if defined(__GNUC__) || defined(__clang__)
@@ -97,6 +66,12 @@ bool Addressable(int64_t n) {
   int64_t bytes;
   return Mul(n, 4, &bytes) &&
          static_cast<uint64_t>(bytes) <= static_cast<uint64_t>(SIZE_MAX);
+}
+
+// a * b * c * e floats are representable and addressable.
+bool Count4(int64_t a, int64_t b, int64_t c, int64_t e) {
+  int64_t n;
+  return Mul4(a, b, c, e, &n) && Addressable(n);
 }
 
 struct Range {
@@ -124,19 +99,16 @@ struct Plan {
   size_t workspace;   // total bytes, with alignment slack
   qkv_parallel_for_fn parallel_for;
   void* parallel_ctx;
+  const char* backend;  // desc.backend, while the engine is being chosen
 };
 
-// Validates the descriptor (not the data pointers) and picks the engine.
-qkv_status MakePlan(const qkv_attention_desc* in, Plan* plan) {
-  qkv_attention_desc d;
-  bool newer = false;
-  qkv_status st = ReadDesc(in, &d, &newer);
-  if (st != QKV_OK) return st;
-
-  const int64_t sizes[] = {d.batch,  d.q_heads,  d.kv_heads, d.q_len,
-                           d.kv_len, d.head_dim, d.value_dim};
-  for (int64_t s : sizes) {
-    if (s <= 0) return QKV_ERR_INVALID_ARGUMENT;
+// Validates the descriptor `d` (not the data pointers) and picks the engine.
+// `newer`: the caller's descriptor is longer than ours and sets fields this
+// library does not know.
+qkv_status PlanFrom(const qkv_attention_desc& d, bool newer, Plan* plan) {
+  if (d.batch <= 0 || d.q_heads <= 0 || d.kv_heads <= 0 || d.q_len <= 0 ||
+      d.kv_len <= 0 || d.head_dim <= 0 || d.value_dim <= 0) {
+    return QKV_ERR_INVALID_ARGUMENT;
   }
   if (d.q_heads % d.kv_heads != 0) return QKV_ERR_INVALID_ARGUMENT;
   // An out-of-range enum value is undefined behaviour to read as the enum in
@@ -153,19 +125,18 @@ qkv_status MakePlan(const qkv_attention_desc* in, Plan* plan) {
   if ((d.mask & ~known_masks) != 0) return QKV_ERR_INVALID_ARGUMENT;
   if (!isfinite(d.scale)) return QKV_ERR_INVALID_ARGUMENT;
 
-  // Every element count and byte count must be representable.
-  int64_t n_q, n_k, n_v, n_out, n_weights, n_rows;
-  if (!Mul4(d.batch, d.q_heads, d.q_len, d.head_dim, &n_q) ||
+  // Every element count and byte count must be representable: q, k, v, out,
+  // weights and the rows (lse).
+  int64_t n_k, n_rows;
+  if (!Count4(d.batch, d.q_heads, d.q_len, d.head_dim) ||
+      !Count4(d.batch, d.kv_heads, d.kv_len, d.head_dim) ||
+      !Count4(d.batch, d.kv_heads, d.kv_len, d.value_dim) ||
+      !Count4(d.batch, d.q_heads, d.q_len, d.value_dim) ||
+      !Count4(d.batch, d.q_heads, d.q_len, d.kv_len) ||
+      !Count4(d.batch, d.q_heads, d.q_len, 1) ||
       !Mul4(d.batch, d.kv_heads, d.kv_len, d.head_dim, &n_k) ||
-      !Mul4(d.batch, d.kv_heads, d.kv_len, d.value_dim, &n_v) ||
-      !Mul4(d.batch, d.q_heads, d.q_len, d.value_dim, &n_out) ||
-      !Mul4(d.batch, d.q_heads, d.q_len, d.kv_len, &n_weights) ||
       !Mul4(d.batch, d.q_heads, d.q_len, 1, &n_rows)) {
     return QKV_ERR_INVALID_ARGUMENT;
-  }
-  const int64_t counts[] = {n_q, n_k, n_v, n_out, n_weights, n_rows};
-  for (int64_t n : counts) {
-    if (!Addressable(n)) return QKV_ERR_INVALID_ARGUMENT;
   }
 
   Problem& p = plan->problem;
@@ -231,22 +202,32 @@ qkv_status MakePlan(const qkv_attention_desc* in, Plan* plan) {
     return QKV_ERR_INVALID_ARGUMENT;
   }
 
+  plan->parallel_for = d.parallel_for;
+  plan->parallel_ctx = d.parallel_ctx;
+  plan->workers = d.parallel_for != nullptr ? d.num_workers : 1;
+  plan->engine = nullptr;
   // Valid, but maybe not servable here.
   if (newer) return QKV_ERR_UNSUPPORTED;
   if (d.q_len > INT32_MAX || d.kv_len > INT32_MAX) return QKV_ERR_UNSUPPORTED;
+  // MakePlan picks the engine for d.backend, once this frame (and a copied
+  // descriptor's) is gone.
+  plan->backend = d.backend;
+  return QKV_OK;
+}
+
+// Picks the engine for plan->backend and sizes the workspace.
+__attribute__((noinline)) qkv_status ChooseEngine(Plan* plan) {
+  const Problem& p = plan->problem;
+  const char* backend = plan->backend;
   const Engine* engine = nullptr;
-  if (d.backend != nullptr && d.backend[0] != '\0') {
-    engine = FindEngine(d.backend);
+  if (backend != nullptr && backend[0] != '\0') {
+    engine = FindEngine(backend);
     if (engine == nullptr || !engine->supports(p)) return QKV_ERR_UNSUPPORTED;
   } else {
     engine = DefaultEngineFor(p);
     if (engine == nullptr) return QKV_ERR_UNSUPPORTED;
   }
-
   plan->engine = engine;
-  plan->parallel_for = d.parallel_for;
-  plan->parallel_ctx = d.parallel_ctx;
-  plan->workers = d.parallel_for != nullptr ? d.num_workers : 1;
   plan->shared = engine->shared_workspace(p);
   plan->per_worker = engine->workspace_per_worker(p);
   plan->workspace = 0;
@@ -260,6 +241,86 @@ qkv_status MakePlan(const qkv_attention_desc* in, Plan* plan) {
                       kWorkspaceAlign - 1;
   }
   return QKV_OK;
+}
+
+// A descriptor whose struct_size is not ours: copied into one of ours, the
+// fields its struct_size does not cover at their defaults. Kept out of
+// MakePlan so that the copy's stack is used only on this path.
+__attribute__((noinline)) qkv_status PlanFromOther(
+    const qkv_attention_desc* in, size_t size, Plan* plan) {
+  qkv_attention_desc d;
+  size_t covered = 0;
+  for (size_t end : kFieldEnds) {
+    if (end <= size) covered = end;
+  }
+  memset(&d, 0, sizeof(d));
+  d.score = QKV_SCORE_DOT;
+  memcpy(&d, in, covered);
+  if (covered < QKV_FIELD_END(scale)) d.scale = DefaultScale(d.head_dim);
+  d.struct_size = sizeof(d);
+  // A longer struct with non-zero bytes past ours sets fields this library
+  // does not know.
+  bool newer = false;
+  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(in);
+  for (size_t i = sizeof(d); i < size; ++i) {
+    if (bytes[i] != 0) newer = true;
+  }
+  return PlanFrom(d, newer, plan);
+}
+
+// Validates the caller's descriptor and picks the engine. A descriptor of
+// this version (the common case) is read where it is, not copied.
+qkv_status MakePlan(const qkv_attention_desc* in, Plan* plan) {
+  if (in == nullptr) return QKV_ERR_INVALID_ARGUMENT;
+  const size_t size = in->struct_size;
+  if (size < sizeof(size_t) || size > kMaxStructSize) {
+    return QKV_ERR_INVALID_ARGUMENT;
+  }
+  const qkv_status st = size == sizeof(qkv_attention_desc)
+                            ? PlanFrom(*in, false, plan)
+                            : PlanFromOther(in, size, plan);
+  return st == QKV_OK ? ChooseEngine(plan) : st;
+}
+
+// The data pointers of a call with valid sizes `p`: q, k, v and out are
+// non-NULL; outputs overlap no input, no other output and not the workspace;
+// a non-empty workspace is non-NULL. Out of line, so that its ranges are not
+// on the stack while the tasks run.
+__attribute__((noinline)) bool BuffersValid(const Problem& p,
+                                            const void* workspace,
+                                            size_t workspace_size) {
+  const float *q = p.q, *k = p.k, *v = p.v;
+  const float *out = p.out, *weights = p.weights, *lse = p.lse;
+  if (q == nullptr || k == nullptr || v == nullptr || out == nullptr) {
+    return false;
+  }
+  const int64_t rows = p.batch * p.q_heads * p.q_len;
+  const int64_t kv_rows = p.batch * p.kv_heads * p.kv_len;
+  const Range r_out = RangeOf(out, rows * p.value_dim, 4);
+  const Range r_w = RangeOf(weights, rows * p.kv_len, 4);
+  const Range r_lse = RangeOf(lse, rows, 4);
+  const Range outputs[] = {r_out, r_w, r_lse};
+  const Range inputs[] = {RangeOf(q, rows * p.head_dim, 4),
+                          RangeOf(k, kv_rows * p.head_dim, 4),
+                          RangeOf(v, kv_rows * p.value_dim, 4)};
+  for (size_t i = 0; i < 3; ++i) {
+    for (size_t j = 0; j < 3; ++j) {
+      if (Overlap(outputs[i], inputs[j])) return false;
+    }
+    for (size_t j = i + 1; j < 3; ++j) {
+      if (Overlap(outputs[i], outputs[j])) return false;
+    }
+  }
+  if (workspace == nullptr && workspace_size != 0) return false;
+  const Range r_ws = {reinterpret_cast<uintptr_t>(workspace),
+                      reinterpret_cast<uintptr_t>(workspace) + workspace_size};
+  for (const Range& r : outputs) {
+    if (Overlap(r_ws, r)) return false;
+  }
+  for (const Range& r : inputs) {
+    if (Overlap(r_ws, r)) return false;
+  }
+  return true;
 }
 
 struct CallContext {
@@ -277,6 +338,16 @@ void RunOneTask(void* arg, size_t task, size_t worker) {
   if (worker >= c->workers) return;
   c->engine->run_task(*c->problem, task, c->shared,
                       c->workers_base + worker * c->per_worker);
+}
+
+// Hands the tasks to the caller's pool (out of line: the context is on the
+// stack only on this path).
+__attribute__((noinline)) void RunPooled(const Plan& plan, size_t tasks,
+                                         const unsigned char* shared,
+                                         unsigned char* workers_base) {
+  CallContext ctx = {&plan.problem, plan.engine,     shared,
+                     workers_base,  plan.per_worker, plan.workers};
+  plan.parallel_for(plan.parallel_ctx, tasks, &RunOneTask, &ctx);
 }
 
 }  // namespace
@@ -347,56 +418,23 @@ QKV_API qkv_status qkv_attention_f32(const qkv_attention_desc* desc,
                                      const float* v, float* out,
                                      float* weights, float* lse,
                                      void* workspace, size_t workspace_size) {
-  using qkv::Overlap;
-  using qkv::RangeOf;
   qkv::Plan plan;
   qkv_status st = qkv::MakePlan(desc, &plan);
   if (st == QKV_ERR_INVALID_ARGUMENT) return st;
-  if (q == nullptr || k == nullptr || v == nullptr || out == nullptr) {
-    return QKV_ERR_INVALID_ARGUMENT;
-  }
   // Past here the sizes in plan.problem are valid even when st says the
   // request is unsupported: every invalid argument is reported first.
   qkv::Problem& p = plan.problem;
-  const int64_t rows = p.batch * p.q_heads * p.q_len;
-  const int64_t kv_rows = p.batch * p.kv_heads * p.kv_len;
-  const qkv::Range r_q = RangeOf(q, rows * p.head_dim, 4);
-  const qkv::Range r_k = RangeOf(k, kv_rows * p.head_dim, 4);
-  const qkv::Range r_v = RangeOf(v, kv_rows * p.value_dim, 4);
-  const qkv::Range r_out = RangeOf(out, rows * p.value_dim, 4);
-  const qkv::Range r_w = RangeOf(weights, rows * p.kv_len, 4);
-  const qkv::Range r_lse = RangeOf(lse, rows, 4);
-  const qkv::Range outputs[] = {r_out, r_w, r_lse};
-  const qkv::Range inputs[] = {r_q, r_k, r_v};
-  for (size_t i = 0; i < 3; ++i) {
-    for (size_t j = 0; j < 3; ++j) {
-      if (Overlap(outputs[i], inputs[j])) return QKV_ERR_INVALID_ARGUMENT;
-    }
-    for (size_t j = i + 1; j < 3; ++j) {
-      if (Overlap(outputs[i], outputs[j])) return QKV_ERR_INVALID_ARGUMENT;
-    }
-  }
-  if (workspace == nullptr && workspace_size != 0) {
-    return QKV_ERR_INVALID_ARGUMENT;
-  }
-  const qkv::Range r_ws = {reinterpret_cast<uintptr_t>(workspace),
-                           reinterpret_cast<uintptr_t>(workspace) +
-                               workspace_size};
-  for (const qkv::Range& r : outputs) {
-    if (Overlap(r_ws, r)) return QKV_ERR_INVALID_ARGUMENT;
-  }
-  for (const qkv::Range& r : inputs) {
-    if (Overlap(r_ws, r)) return QKV_ERR_INVALID_ARGUMENT;
-  }
-  if (st != QKV_OK) return st;
-  if (workspace_size < plan.workspace) return QKV_ERR_WORKSPACE_TOO_SMALL;
-
   p.q = q;
   p.k = k;
   p.v = v;
   p.out = out;
   p.weights = weights;
   p.lse = lse;
+  if (!qkv::BuffersValid(p, workspace, workspace_size)) {
+    return QKV_ERR_INVALID_ARGUMENT;
+  }
+  if (st != QKV_OK) return st;
+  if (workspace_size < plan.workspace) return QKV_ERR_WORKSPACE_TOO_SMALL;
   unsigned char* base = nullptr;
   if (plan.workspace != 0) {
     const uintptr_t at = reinterpret_cast<uintptr_t>(workspace);
@@ -413,9 +451,7 @@ QKV_API qkv_status qkv_attention_f32(const qkv_attention_desc* desc,
       plan.engine->run_task(p, t, base, workers_base);
     }
   } else {
-    qkv::CallContext ctx = {&p,           plan.engine,     base,
-                            workers_base, plan.per_worker, plan.workers};
-    plan.parallel_for(plan.parallel_ctx, tasks, &qkv::RunOneTask, &ctx);
+    qkv::RunPooled(plan, tasks, base, workers_base);
   }
   return QKV_OK;
 }

@@ -1,14 +1,24 @@
-// The once-only dispatch choice: the list of engines this build has and this
-// CPU runs, best first, made on first use and never changed afterwards.
+// The dispatch choice: the list of engines this build has and this CPU runs,
+// best first. With a run-time CPU check (Highway, xsimd) the list is made on
+// first use and never changed afterwards; where the engines are fixed at
+// compile time (microcontrollers, reference-only builds) it is a constant
+// table and dispatch keeps no mutable state (no .data, no .bss).
 #include <stdlib.h>
 #include <string.h>
 
-#include <atomic>
-
 #include "engine.h"
+
+#if QKV_HAVE_HIGHWAY || QKV_HAVE_XSIMD
+#define QKV_RUNTIME_ENGINE_LIST 1
+#include <atomic>
+#else
+#define QKV_RUNTIME_ENGINE_LIST 0
+#endif
 
 namespace qkv {
 namespace {
+
+#if QKV_RUNTIME_ENGINE_LIST
 
 constexpr size_t kMaxEngines = 16;
 
@@ -106,5 +116,61 @@ const Engine* FindEngine(const char* name) {
   }
   return nullptr;
 }
+
+#else  // !QKV_RUNTIME_ENGINE_LIST
+
+// The engines of this build in their compile-time order, in .rodata.
+const Engine* const kEngines[] = {
+#if QKV_HAVE_HELIUM
+    &kHeliumEngine,
+#endif
+#if QKV_HAVE_REFERENCE
+    &kReferenceEngine,
+#endif
+};
+constexpr size_t kEngineCount = sizeof(kEngines) / sizeof(kEngines[0]);
+
+// Index in kEngines of the engine QKV_BACKEND names, or kEngineCount. Read
+// at each look-up rather than kept: the table order with this engine moved
+// to the front is the list (unknown names are ignored). On a board without
+// an environment getenv returns NULL and the list is the table.
+size_t Forced() {
+  const char* wanted = getenv("QKV_BACKEND");
+  for (size_t i = 0; wanted != nullptr && i < kEngineCount; ++i) {
+    if (strcmp(kEngines[i]->name, wanted) == 0) return i;
+  }
+  return kEngineCount;
+}
+
+}  // namespace
+
+size_t EngineCount() { return kEngineCount; }
+
+const Engine* EngineAt(size_t index) {
+  if (index >= kEngineCount) return nullptr;
+  const size_t forced = Forced();
+  if (forced == kEngineCount || index > forced) return kEngines[index];
+  return kEngines[index == 0 ? forced : index - 1];
+}
+
+// Every engine of a fixed build serves every problem (the reference engine
+// is always there): the first in the list.
+const Engine* DefaultEngineFor(const Problem& p) {
+  const Engine* first = EngineAt(0);
+  if (first->supports(p)) return first;
+  for (size_t i = 0; i < kEngineCount; ++i) {
+    if (kEngines[i]->supports(p)) return kEngines[i];
+  }
+  return nullptr;
+}
+
+const Engine* FindEngine(const char* name) {
+  for (size_t i = 0; i < kEngineCount; ++i) {
+    if (strcmp(kEngines[i]->name, name) == 0) return kEngines[i];
+  }
+  return nullptr;
+}
+
+#endif  // QKV_RUNTIME_ENGINE_LIST
 
 }  // namespace qkv

@@ -83,8 +83,10 @@ struct Engine {
 };
 
 // The reference engine: plain C++, every score kind, used on
-// microcontrollers and as the fallback everywhere.
+// microcontrollers and as the fallback everywhere. kReferenceEngine is the
+// same object, named so that a constant table can hold its address.
 const Engine* ReferenceEngine();
+extern const Engine kReferenceEngine;
 
 // Highway engines built into this library whose target this CPU supports,
 // best first. Writes up to `max` pointers and returns how many it wrote.
@@ -97,8 +99,12 @@ size_t XsimdEngines(const Engine** out, size_t max);
 // The Helium (MVE) engine for Cortex-M55/M85 (src/helium/), built only
 // for microcontrollers with MVE-F (QKV_HAVE_HELIUM).
 const Engine* HeliumEngine();
+extern const Engine kHeliumEngine;
 
-// Every runnable engine, best first; the list is made once.
+// Every runnable engine, best first. Builds with a run-time CPU check
+// (Highway, xsimd) make the list once, on first use; builds whose engines
+// are fixed at compile time (microcontrollers, reference-only) read a
+// constant table and keep no mutable state.
 size_t EngineCount();
 const Engine* EngineAt(size_t index);
 const Engine* FindEngine(const char* name);  // NULL when not runnable here

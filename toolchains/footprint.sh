@@ -2,20 +2,24 @@
 # Footprint of qkv's f32 attention path on Cortex-M4 and Cortex-M55 at -Os:
 # .text/.data/.bss that a firmware calling qkv_attention_f32 links in (the
 # library's objects after --gc-sections, libc/libm excluded and listed
-# apart), and the worst-case stack from -fstack-usage (the deepest call chain
-# of the library's own functions, each frame as GCC reports it, plus libm's
-# expf/logf/tanhf frames, which GCC cannot see: measured by the linker map).
+# apart), and the worst-case stack: the deepest call chain from
+# qkv_attention_f32, each of the library's frames as GCC reports it
+# (-fcallgraph-info=su: frame sizes and call edges), indirect calls resolved
+# to the engine callbacks (the functions the Engine tables point at), and
+# the libc/libm/libgcc functions called (expf, logf, tanhf, getenv, strcmp,
+# ...) measured from their prologues in the linked firmware (push, vpush,
+# sub sp), with their own callees.
 # Usage: toolchains/footprint.sh [out-dir]   (prints a Markdown table)
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$src/build-footprint}
 mkdir -p "$out"
-printf '| target | backend | .text (qkv) | .data | .bss | libc+libm .text | max stack (qkv frames) |\n'
+printf '| target | backend | .text (qkv) | .data | .bss | libc+libm .text | worst-case stack (bytes: call chain) |\n'
 printf '|---|---|---:|---:|---:|---:|---:|\n'
 for target in cortex-m4 cortex-m55; do
   b=$out/$target
   rm -rf "$b"
-  CXXFLAGS=-fstack-usage cmake -S "$src" -B "$b" -G Ninja -DCMAKE_TOOLCHAIN_FILE="$src/toolchains/$target.cmake" \
+  CXXFLAGS=-fcallgraph-info=su cmake -S "$src" -B "$b" -G Ninja -DCMAKE_TOOLCHAIN_FILE="$src/toolchains/$target.cmake" \
     -DCMAKE_BUILD_TYPE=MinSizeRel -DQKV_BUILD_TESTS=OFF >/dev/null
   cmake --build "$b" >/dev/null
   lib=$b/libqkv.a
@@ -74,16 +78,90 @@ print(sizes["text"], sizes["data"], sizes["bss"])
 PY
 )
   total_text=$(arm-none-eabi-size -A "$b/fw.elf" | awk '$1 == ".text" {print $2}')
-  # Worst-case stack: the largest frames of each function GCC reports; the
-  # call chain is shallow (qkv_attention_f32 -> run_task -> expf/logf).
-  stack=$(cat "$b"/CMakeFiles/qkv_objects.dir/*/*.su "$b"/CMakeFiles/qkv_objects.dir/*/*/*.su 2>/dev/null |
-    awk -F'\t' '{split($1, a, ":"); n = a[length(a)]; s[n] = $2}
-      END { api = 0; task = 0
-        for (f in s) {
-          if (f ~ /qkv_attention_f32/) api = s[f] > api ? s[f] : api
-          else if (f ~ /RunTask|MakePlan/) task = s[f] > task ? s[f] : task
-        }
-        printf "%d (qkv_attention_f32 %d + deepest callee %d)", api + task, api, task }')
+  # Worst-case stack over the call graph (see the top of this file).
+  arm-none-eabi-objdump -d --no-show-raw-insn "$b/fw.elf" > "$b/fw.dis"
+  stack=$(python3 - "$b" <<'PY'
+import glob, re, subprocess, sys
+b = sys.argv[1]
+frame, calls = {}, {}
+for ci in glob.glob(b + "/CMakeFiles/qkv_objects.dir/**/*.ci", recursive=True):
+    for line in open(ci):
+        m = re.match(r'node: \{ title: "([^"]+)" label: "[^\\]*\\n[^\\]*\\n(\d+) bytes', line)
+        if m:
+            frame[m.group(1)] = int(m.group(2))
+            continue
+        m = re.match(r'edge: \{ sourcename: "([^"]+)" targetname: "([^"]+)"', line)
+        if m:
+            calls.setdefault(m.group(1), set()).add(m.group(2))
+# Indirect calls go to the engine callbacks: the functions the engine
+# tables (kReferenceEngine, kHeliumEngine in .rodata) point at.
+targets = set()
+for obj in glob.glob(b + "/CMakeFiles/qkv_objects.dir/src/**/*.obj", recursive=True):
+    out = subprocess.run(["arm-none-eabi-objdump", "-r", obj],
+                         capture_output=True, text=True).stdout
+    for sec in re.split(r"RELOCATION RECORDS FOR ", out):
+        if re.match(r"\[\.rodata\._ZN3qkv\d+k\w+EngineE\]", sec):
+            targets |= set(re.findall(r"R_ARM_ABS32\s+(_Z\S+)", sec))
+# Frames of the linked functions GCC did not compile here (libc, libm,
+# libgcc): from their prologues in the firmware's disassembly.
+dis = open(b + "/fw.dis").read()
+funcs = dict(re.findall(r"\n[0-9a-f]+ <([^>]+)>:\n(.*?)(?=\n\n|\Z)", dis, re.S))
+def regcount(lst, wide):
+    n = 0
+    for r in lst.split(","):
+        r = r.strip()
+        if "-" in r:
+            lo, hi = r.split("-")
+            n += int(hi.strip()[1:]) - int(lo.strip()[1:]) + 1
+        elif r:
+            n += 1
+    return n * (8 if wide else 4)
+def prologue(name, seen=()):
+    body = funcs.get(name)
+    if body is None or name in seen:
+        return 0
+    size = 0
+    for ins in body.splitlines()[:12]:
+        m = re.search(r"\b(?:push(?:\.w)?|stmdb(?:\.w)?\s+sp!,)\s*\{([^}]*)\}", ins)
+        if m:
+            size += regcount(m.group(1), False)
+        m = re.search(r"\bvpush(?:\.\d+)?\s*\{([^}]*)\}", ins)
+        if m:
+            size += regcount(m.group(1), m.group(1).strip().startswith("d"))
+        m = re.search(r"\bsub(?:\.w|w)?\s+sp,\s*(?:sp,\s*)?#(\d+)", ins)
+        if m:
+            size += int(m.group(1))
+    callees = set(re.findall(r"\bbl\s+[0-9a-f]+ <([^>+]+)>", body)) - {name}
+    return size + max([prologue(c, seen + (name,)) for c in callees] or [0])
+def worst(f, seen=()):
+    if f in seen:
+        return 0, []
+    if f not in frame:
+        return prologue(f), [f]
+    best, path = 0, []
+    # Only the boundary's task loop (and the Helium engine's hand-over of
+    # additive scores) calls run_task; other indirect calls reach the small
+    # callbacks (supports, num_tasks, workspace sizes).
+    runs = re.search(r"qkv_attention_f32|RunOneTask|RunTask", f) is not None
+    indirect = [t for t in targets if runs or "RunTask" not in t]
+    for c in calls.get(f, ()):
+        for t in (indirect if c == "__indirect_call" else [c]):
+            s, p = worst(t, seen + (f,))
+            if s > best:
+                best, path = s, p
+    return frame[f] + best, [f] + path
+total, path = worst("qkv_attention_f32")
+def short(p):
+    n = subprocess.run(["arm-none-eabi-c++filt", p], capture_output=True, text=True).stdout.strip()
+    n = n.replace("qkv::(anonymous namespace)::", "").replace("qkv::", "")
+    if ":_Z" in p:  # a file-local function: "file:mangled name"
+        n = subprocess.run(["arm-none-eabi-c++filt", p.split(":")[-1]], capture_output=True,
+                           text=True).stdout.strip()
+        n = n.replace("qkv::(anonymous namespace)::", "").replace("qkv::", "")
+    return re.sub(r"\(.*", "", n)
+print("%d (%s)" % (total, " > ".join("%s %d" % (short(p), frame.get(p, prologue(p))) for p in path)))
+PY
+)
   for backend in $( [ $target = cortex-m4 ] && echo reference || echo "helium+reference" ); do
     printf '| %s | %s | %d | %d | %d | %d | %s |\n' "$target" "$backend" "$text" "$data" "$bss" \
       "$((total_text - text))" "$stack"

@@ -4,24 +4,30 @@
 // The same plan as the reference engine (tasks of 16 query rows of one
 // head, an exact two-pass softmax per row, the same workspace: kv_len
 // floats of scores per worker, so QKV_REFERENCE_WORKSPACE_SIZE holds), with
-// the inner loops in vectors:
+// the inner loops in vectors, written so that GCC walks K and V with
+// post-incremented loads and keeps the accumulators in Q registers (the
+// count of executed instructions is what tests/mcu/icount.cc measures):
 //  - scores: 4 keys at a time. One q vector is loaded per 4 dimensions and
 //    multiplied into 4 accumulators (one per key), reading K in its natural
 //    layout; the 4 accumulators are reduced to one vector of 4 scores through
 //    an interleaving VLD4 (MVE has no float across-vector add), so scores
-//    are written 4 at a time. Dimensions that are not a multiple of 4 use
-//    tail-predicated (zeroing) loads.
-//  - softmax: max with VMAXNMV, exp on 4 lanes (below), sum in a vector.
-//  - output: 4 keys per pass over the output row, out += p_j v_j as
-//    VFMA-by-scalar, tails predicated; a hidden key (p_j == 0) never touches
-//    out, as in the reference.
-//  - additive scores use the reference engine's code (tanh is scalar libm).
+//    are written 4 at a time and the row's maximum kept in a vector.
+//    Dimensions that are not a multiple of 4 use tail-predicated (zeroing)
+//    loads.
+//  - softmax: exp on 4 lanes (below), sum and smallest value in vectors.
+//  - output: 16 columns at a time held in 4 accumulators while the keys
+//    stream by (VFMA by the scalar p_j), scaled by 1/sum and written once;
+//    predicated 4-column passes for the rest. A row with a zero weight (a
+//    hidden or underflowed key) goes key by key instead, so that such a key
+//    never touches out (0 * inf would be NaN), as in the reference.
+//  - additive scores use the reference engine's task (tanh is scalar libm).
 //
 // exp: x = n ln2 + r, n = round(x log2 e), |r| <= ln2/2 with ln2 split in
 // two parts; exp(r) by its Taylor polynomial to degree 7 (truncation
 // < 6e-9 relative), 2^n put into the exponent. Max error 2 ulp on [-87, 0];
-// x < -87 (terms under 1e-38 of the row's largest) gives 0, as does -inf;
-// NaN stays NaN.
+// x below about -87.9 (terms under 1e-38 of the row's largest) gives 0, as
+// does -inf. A NaN x gives 0 too, but makes the row's sum NaN (ExpRow), so
+// that the row is zeros as with the reference's expf.
 #include <arm_mve.h>
 #include <math.h>
 
@@ -31,6 +37,7 @@ namespace qkv {
 namespace {
 
 constexpr int64_t kRowsPerTask = 16;  // as the reference: same tasks
+constexpr size_t kTaskRows = kRowsPerTask;
 
 int64_t RowBlocks(const Problem& p) {
   return (p.q_len + kRowsPerTask - 1) / kRowsPerTask;
@@ -50,31 +57,27 @@ size_t WorkspacePerWorker(const Problem& p) {
   return ReferenceEngine()->workspace_per_worker(p);
 }
 
-inline mve_pred16_t Tail(int64_t n) {
-  return vctp32q(static_cast<uint32_t>(n < 4 ? n : 4));
-}
-
+// exp(x) for x <= 0 (or NaN; see ExpRow). Constants are scalars (VFMA and
+// VFMAS by a general register) so that the loop keeps its Q registers.
 inline float32x4_t ExpNonPositive(float32x4_t x) {
-  const float32x4_t lowest = vdupq_n_f32(-87.0f);
-  const mve_pred16_t tiny = vcmpltq_f32(x, lowest);
-  const float32x4_t xc = vmaxnmq_f32(x, lowest);
+  // Below -88, n = -127 and the scale's bits are 0: the result is +0, as
+  // for -inf (and NaN, which ExpRow accounts for separately).
+  const float32x4_t xc = vmaxnmq_f32(x, vdupq_n_f32(-88.0f));
   const int32x4_t n = vcvtnq_s32_f32(vmulq_n_f32(xc, 1.44269504088896341f));
   const float32x4_t nf = vcvtq_f32_s32(n);
   float32x4_t r = vfmaq_n_f32(xc, nf, -0.693145751953125f);
   r = vfmaq_n_f32(r, nf, -1.428606765330187045e-6f);
-  float32x4_t poly = vdupq_n_f32(1.0f / 5040.0f);
-  poly = vfmaq_f32(vdupq_n_f32(1.0f / 720.0f), poly, r);
-  poly = vfmaq_f32(vdupq_n_f32(1.0f / 120.0f), poly, r);
-  poly = vfmaq_f32(vdupq_n_f32(1.0f / 24.0f), poly, r);
-  poly = vfmaq_f32(vdupq_n_f32(1.0f / 6.0f), poly, r);
-  poly = vfmaq_f32(vdupq_n_f32(0.5f), poly, r);
-  poly = vfmaq_f32(vdupq_n_f32(1.0f), poly, r);
-  poly = vfmaq_f32(vdupq_n_f32(1.0f), poly, r);
+  // Horner: poly = poly * r + c.
+  float32x4_t poly = vfmasq_n_f32(vdupq_n_f32(1.0f / 5040.0f), r, 1.0f / 720.0f);
+  poly = vfmasq_n_f32(poly, r, 1.0f / 120.0f);
+  poly = vfmasq_n_f32(poly, r, 1.0f / 24.0f);
+  poly = vfmasq_n_f32(poly, r, 1.0f / 6.0f);
+  poly = vfmasq_n_f32(poly, r, 0.5f);
+  poly = vfmasq_n_f32(poly, r, 1.0f);
+  poly = vfmasq_n_f32(poly, r, 1.0f);
   const float32x4_t scale =
       vreinterpretq_f32_s32(vshlq_n_s32(vaddq_n_s32(n, 127), 23));
-  const float32x4_t e =
-      vpselq_f32(vdupq_n_f32(0.0f), vmulq_f32(poly, scale), tiny);
-  return vpselq_f32(x, e, vcmpneq_f32(x, x));  // NaN stays NaN
+  return vmulq_f32(poly, scale);
 }
 
 // Sum of the 4 lanes.
@@ -83,48 +86,44 @@ inline float AddLanes(float32x4_t v) {
          (vgetq_lane_f32(v, 2) + vgetq_lane_f32(v, 3));
 }
 
-// Scores of keys k0..k3 (rows of length d) against q, as one vector:
-// DOT gives q . k_u, GAUSSIAN gives |q - k_u|^2.
+// One step of the scores of keys k0..k3 against q over 4 dimensions: DOT
+// accumulates q * k_u, GAUSSIAN (q - k_u)^2.
 template <bool kGaussian>
-inline void Step4(float32x4_t qv, float32x4_t x0, float32x4_t x1,
-                  float32x4_t x2, float32x4_t x3, float32x4_t* a0,
-                  float32x4_t* a1, float32x4_t* a2, float32x4_t* a3) {
+inline float32x4_t Term(float32x4_t acc, float32x4_t qv, float32x4_t kv) {
   if (kGaussian) {
-    const float32x4_t e0 = vsubq_f32(qv, x0), e1 = vsubq_f32(qv, x1);
-    const float32x4_t e2 = vsubq_f32(qv, x2), e3 = vsubq_f32(qv, x3);
-    *a0 = vfmaq_f32(*a0, e0, e0);
-    *a1 = vfmaq_f32(*a1, e1, e1);
-    *a2 = vfmaq_f32(*a2, e2, e2);
-    *a3 = vfmaq_f32(*a3, e3, e3);
-  } else {
-    *a0 = vfmaq_f32(*a0, qv, x0);
-    *a1 = vfmaq_f32(*a1, qv, x1);
-    *a2 = vfmaq_f32(*a2, qv, x2);
-    *a3 = vfmaq_f32(*a3, qv, x3);
+    const float32x4_t e = vsubq_f32(qv, kv);
+    return vfmaq_f32(acc, e, e);
   }
+  return vfmaq_f32(acc, qv, kv);
 }
 
-// Scores of keys k0..k3 (rows of length d) against q, as one vector:
-// DOT gives q . k_u, GAUSSIAN gives |q - k_u|^2. Loop counters are 32-bit
-// (a row fits: on a 32-bit MCU every element count fits size_t).
+// Scores of keys k0..k3 (rows of d floats) against q, as one vector: DOT
+// gives q . k_u, GAUSSIAN |q - k_u|^2. The pointers walk the rows with
+// post-incremented loads (one VLDRW per 4 floats, no address arithmetic);
+// dimensions past a multiple of 4 use zeroing tail-predicated loads.
 template <bool kGaussian>
-inline float32x4_t Scores4(const float* q, const float* k0, const float* k1,
+__attribute__((always_inline)) inline float32x4_t Scores4(const float* q, const float* k0, const float* k1,
                            const float* k2, const float* k3, int32_t d) {
   float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
-  int32_t t = 0;
-  for (; t + 4 <= d; t += 4) {
-    Step4<kGaussian>(vld1q_f32(q + t), vld1q_f32(k0 + t), vld1q_f32(k1 + t),
-                     vld1q_f32(k2 + t), vld1q_f32(k3 + t), &a0, &a1, &a2,
-                     &a3);
+  for (int32_t t = d >> 2; t > 0; --t) {
+    const float32x4_t qv = vld1q_f32(q);
+    a0 = Term<kGaussian>(a0, qv, vld1q_f32(k0));
+    a1 = Term<kGaussian>(a1, qv, vld1q_f32(k1));
+    a2 = Term<kGaussian>(a2, qv, vld1q_f32(k2));
+    a3 = Term<kGaussian>(a3, qv, vld1q_f32(k3));
+    q += 4, k0 += 4, k1 += 4, k2 += 4, k3 += 4;
   }
-  if (t < d) {  // zeroing loads: the missing lanes add 0
-    const mve_pred16_t p = vctp32q(static_cast<uint32_t>(d - t));
-    Step4<kGaussian>(vldrwq_z_f32(q + t, p), vldrwq_z_f32(k0 + t, p),
-                     vldrwq_z_f32(k1 + t, p), vldrwq_z_f32(k2 + t, p),
-                     vldrwq_z_f32(k3 + t, p), &a0, &a1, &a2, &a3);
+  if ((d & 3) != 0) {  // the missing lanes load 0 and add 0
+    const mve_pred16_t t = vctp32q(static_cast<uint32_t>(d & 3));
+    const float32x4_t qv = vldrwq_z_f32(q, t);
+    a0 = Term<kGaussian>(a0, qv, vldrwq_z_f32(k0, t));
+    a1 = Term<kGaussian>(a1, qv, vldrwq_z_f32(k1, t));
+    a2 = Term<kGaussian>(a2, qv, vldrwq_z_f32(k2, t));
+    a3 = Term<kGaussian>(a3, qv, vldrwq_z_f32(k3, t));
   }
   // Transpose through memory: VLD4 de-interleaves [a0 a1 a2 a3] so that
-  // lane u of every result vector comes from a_u.
+  // lane u of every result vector comes from a_u (MVE has no float
+  // across-vector add).
   float buf[16];
   vst1q_f32(buf, a0);
   vst1q_f32(buf + 4, a1);
@@ -135,169 +134,259 @@ inline float32x4_t Scores4(const float* q, const float* k0, const float* k1,
                    vaddq_f32(tr.val[2], tr.val[3]));
 }
 
+// Scale, bias and store the scores of keys j..j+3 (all 4, or the lanes
+// under `keep` for the last group), folding them into the running maximum.
+template <bool kFull>
+inline float32x4_t Finish4(float32x4_t s, float factor, const float* bias,
+                           mve_pred16_t keep, float* scores,
+                           float32x4_t max) {
+  s = vmulq_n_f32(s, factor);
+  if (bias != nullptr) {
+    // -inf hides the key whatever its score (even NaN from a bad key).
+    const float32x4_t neg_inf = vdupq_n_f32(-INFINITY);
+    const float32x4_t b = kFull ? vld1q_f32(bias) : vldrwq_z_f32(bias, keep);
+    s = vpselq_f32(neg_inf, vaddq_f32(s, b), vcmpeqq_f32(b, neg_inf));
+  }
+  // VMAXNM ignores NaN, as the reference's `s > max` does.
+  if (kFull) {
+    vst1q_f32(scores, s);
+    return vmaxnmq_f32(max, s);
+  }
+  vstrwq_p_f32(scores, s, keep);
+  return vmaxnmq_m_f32(max, max, s, keep);
+}
+
+// Scores of the first n keys of k (rows of d floats) against q into
+// scores[0..n); returns their maximum (-inf when there is none or every
+// score is -inf or NaN).
 template <bool kGaussian>
-void ScoreRow(const Problem& p, const float* q, const float* k,
-              int64_t visible, const float* bias, float* scores) {
-  const int64_t d = p.head_dim;
-  const float factor = kGaussian ? -p.scale : p.scale;
-  const float32x4_t neg_inf = vdupq_n_f32(-INFINITY);
-  for (int64_t j = 0; j < visible; j += 4) {
-    const int64_t n = visible - j < 4 ? visible - j : 4;
-    // Missing keys of the last group repeat key j (never past the caller's
-    // K); their lanes are not stored.
-    const float* k0 = k + j * d;
-    const float* k1 = n > 1 ? k0 + d : k0;
-    const float* k2 = n > 2 ? k0 + 2 * d : k0;
-    const float* k3 = n > 3 ? k0 + 3 * d : k0;
-    float32x4_t s = vmulq_n_f32(
-        Scores4<kGaussian>(q, k0, k1, k2, k3, static_cast<int32_t>(d)),
-        factor);
-    const mve_pred16_t tail = Tail(n);
-    if (bias != nullptr) {
-      // -inf hides the key whatever its score (even NaN from a bad key).
-      const float32x4_t b = vldrwq_z_f32(bias + j, tail);
-      s = vpselq_f32(neg_inf, vaddq_f32(s, b), vcmpeqq_f32(b, neg_inf));
-    }
-    vstrwq_p_f32(scores + j, s, tail);
+__attribute__((noinline)) float ScoreRow(const float* q, const float* k, int32_t n, int32_t d,
+               float factor, const float* bias, float* scores) {
+  float32x4_t max = vdupq_n_f32(-INFINITY);
+  int32_t j = n;
+  for (; j >= 4; j -= 4) {
+    const float32x4_t s =
+        Scores4<kGaussian>(q, k, k + d, k + 2 * d, k + 3 * d, d);
+    max = Finish4<true>(s, factor, bias, 0, scores, max);
+    k += 4 * d, scores += 4;
+    if (bias != nullptr) bias += 4;
   }
+  if (j > 0) {
+    // Missing keys repeat the first one (never past the caller's K); their
+    // lanes are neither stored nor part of the maximum.
+    const float* k1 = j > 1 ? k + d : k;
+    const float* k2 = j > 2 ? k + 2 * d : k;
+    const float32x4_t s = Scores4<kGaussian>(q, k, k1, k2, k, d);
+    max = Finish4<false>(s, factor, bias, vctp32q(static_cast<uint32_t>(j)),
+                         scores, max);
+  }
+  return vmaxnmvq_f32(-INFINITY, max);
 }
 
-// out[0..dv) += sum_u p_u v_u for the keys given (all p_u != 0).
-inline void Accumulate4(float* out, const float* v0, const float* v1,
-                        const float* v2, const float* v3, float p0, float p1,
-                        float p2, float p3, int32_t dv) {
-  int32_t c = 0;
-  for (; c + 4 <= dv; c += 4) {
-    float32x4_t o = vld1q_f32(out + c);
-    o = vfmaq_n_f32(o, vld1q_f32(v0 + c), p0);
-    o = vfmaq_n_f32(o, vld1q_f32(v1 + c), p1);
-    o = vfmaq_n_f32(o, vld1q_f32(v2 + c), p2);
-    o = vfmaq_n_f32(o, vld1q_f32(v3 + c), p3);
-    vst1q_f32(out + c, o);
+// scores[0..n) = exp(scores[j] - max); returns their sum (NaN when a score
+// is NaN, as the reference's expf-and-add gives) and sets *has_zero when one
+// of them is 0 (a hidden or underflowed key).
+__attribute__((noinline)) float ExpRow(float* scores, int32_t n, float max,
+                                       bool* has_zero) {
+  float32x4_t sum = vdupq_n_f32(0.0f);
+  float32x4_t least = vdupq_n_f32(1.0f);
+  // x = s - max is in [-inf, 0] or NaN; the sum of the x is NaN iff one is.
+  float32x4_t nan = vdupq_n_f32(0.0f);
+  int32_t j = n;
+  for (; j >= 4; j -= 4) {
+    const float32x4_t x = vsubq_n_f32(vld1q_f32(scores), max);
+    const float32x4_t e = ExpNonPositive(x);
+    vst1q_f32(scores, e);
+    sum = vaddq_f32(sum, e);
+    least = vminnmq_f32(least, e);
+    nan = vaddq_f32(nan, x);
+    scores += 4;
   }
-  if (c < dv) {
+  if (j > 0) {
+    const mve_pred16_t t = vctp32q(static_cast<uint32_t>(j));
+    // The missing lanes (zeroing load) are neither stored nor added.
+    const float32x4_t x = vsubq_n_f32(vldrwq_z_f32(scores, t), max);
+    const float32x4_t e = ExpNonPositive(x);
+    vstrwq_p_f32(scores, e, t);
+    sum = vaddq_m_f32(sum, sum, e, t);
+    least = vminnmq_m_f32(least, least, e, t);
+    nan = vaddq_m_f32(nan, nan, x, t);
+  }
+  *has_zero = vminnmvq_f32(1.0f, least) == 0.0f;
+  const float total = AddLanes(sum);
+  return AddLanes(nan) == AddLanes(nan) ? total : AddLanes(nan);
+}
+
+// out[c..c+16) = scale * sum_j p_j v_j[c..c+16) over n keys, 16 columns
+// held in 4 accumulators while the keys stream by (v_j = v + j * dv).
+inline void Weighted16(const float* p, const float* v, int32_t n, int32_t dv,
+                       float scale, float* out) {
+  float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
+  for (int32_t j = n; j > 0; --j) {
+    const float pj = *p++;
+    a0 = vfmaq_n_f32(a0, vld1q_f32(v), pj);
+    a1 = vfmaq_n_f32(a1, vld1q_f32(v + 4), pj);
+    a2 = vfmaq_n_f32(a2, vld1q_f32(v + 8), pj);
+    a3 = vfmaq_n_f32(a3, vld1q_f32(v + 12), pj);
+    v += dv;
+  }
+  vst1q_f32(out, vmulq_n_f32(a0, scale));
+  vst1q_f32(out + 4, vmulq_n_f32(a1, scale));
+  vst1q_f32(out + 8, vmulq_n_f32(a2, scale));
+  vst1q_f32(out + 12, vmulq_n_f32(a3, scale));
+}
+
+// The same for columns c..c+4 under predicate t (zeroing loads, so no read
+// past the last value row).
+inline void Weighted4(const float* p, const float* v, int32_t n, int32_t dv,
+                      float scale, float* out, mve_pred16_t t) {
+  float32x4_t a = vdupq_n_f32(0.0f);
+  for (int32_t j = n; j > 0; --j) {
+    a = vfmaq_n_f32(a, vldrwq_z_f32(v, t), *p++);
+    v += dv;
+  }
+  vstrwq_p_f32(out, vmulq_n_f32(a, scale), t);
+}
+
+// out[0..dv) += pj v[0..dv).
+inline void Accumulate1(float* out, const float* v, float pj, int32_t dv) {
+  for (int32_t c = 0; c < dv; c += 4) {
     const mve_pred16_t t = vctp32q(static_cast<uint32_t>(dv - c));
-    float32x4_t o = vldrwq_z_f32(out + c, t);
-    o = vfmaq_n_f32(o, vldrwq_z_f32(v0 + c, t), p0);
-    o = vfmaq_n_f32(o, vldrwq_z_f32(v1 + c, t), p1);
-    o = vfmaq_n_f32(o, vldrwq_z_f32(v2 + c, t), p2);
-    o = vfmaq_n_f32(o, vldrwq_z_f32(v3 + c, t), p3);
-    vstrwq_p_f32(out + c, o, t);
-  }
-}
-
-inline void Accumulate1(float* out, const float* v, float pj, int64_t dv) {
-  for (int64_t c = 0; c < dv; c += 4) {
-    const mve_pred16_t t = Tail(dv - c);
     const float32x4_t o = vldrwq_z_f32(out + c, t);
     vstrwq_p_f32(out + c, vfmaq_n_f32(o, vldrwq_z_f32(v + c, t), pj), t);
   }
 }
 
-void RunTask(const Problem& p, size_t task, const unsigned char* shared,
-             unsigned char* workspace) {
-  if (p.score == QKV_SCORE_ADDITIVE) {
-    ReferenceEngine()->run_task(p, task, shared, workspace);
+// out = sum_j p_j v_j / sum over the n keys (sum > 0). Without a zero
+// weight, columns are produced 16 at a time in registers and written once;
+// otherwise a hidden key (p_j == 0) must never touch out (0 * inf would be
+// NaN), as in the reference, and rows are accumulated key by key.
+__attribute__((noinline)) void WeightedRow(const float* p, const float* v, int32_t n, int32_t dv,
+                 float inv_sum, bool has_zero, float* out) {
+  if (!has_zero) {
+    int32_t c = 0;
+    for (; c + 16 <= dv; c += 16) Weighted16(p, v + c, n, dv, inv_sum, out + c);
+    for (; c < dv; c += 4) {
+      Weighted4(p, v + c, n, dv, inv_sum, out + c,
+                vctp32q(static_cast<uint32_t>(dv - c)));
+    }
     return;
   }
-  const int64_t blocks = RowBlocks(p);
-  const int64_t bh = static_cast<int64_t>(task) / blocks;
-  const int64_t b = bh / p.q_heads;
-  const int64_t h = bh % p.q_heads;
-  const int64_t kvh = h / p.group;
-  const int64_t i0 = (static_cast<int64_t>(task) % blocks) * kRowsPerTask;
-  const int64_t i1 = i0 + kRowsPerTask < p.q_len ? i0 + kRowsPerTask : p.q_len;
-  const int64_t d = p.head_dim, dv = p.value_dim, lk = p.kv_len;
-  const float* k = p.k + (b * p.kv_heads + kvh) * lk * d;
-  const float* v = p.v + (b * p.kv_heads + kvh) * lk * dv;
-  float* scores = reinterpret_cast<float*>(workspace);
-  const bool gaussian = p.score == QKV_SCORE_GAUSSIAN;
+  for (int32_t c = 0; c < dv; c += 4) {
+    vstrwq_p_f32(out + c, vdupq_n_f32(0.0f),
+                 vctp32q(static_cast<uint32_t>(dv - c)));
+  }
+  for (int32_t j = 0; j < n; ++j) {
+    if (p[j] != 0.0f) Accumulate1(out, v + j * dv, p[j], dv);
+  }
+  for (int32_t c = 0; c < dv; c += 4) {
+    const mve_pred16_t t = vctp32q(static_cast<uint32_t>(dv - c));
+    vstrwq_p_f32(out + c, vmulq_n_f32(vldrwq_z_f32(out + c, t), inv_sum), t);
+  }
+}
 
-  for (int64_t i = i0; i < i1; ++i) {
-    const int64_t row = (b * p.q_heads + h) * p.q_len + i;
-    const float* q = p.q + row * d;
-    float* out = p.out + row * dv;
-    const int64_t visible = VisibleKeys(p, b, i);
-    const float* bias = BiasRow(p, b, h, i);
-    if (gaussian) {
-      ScoreRow<true>(p, q, k, visible, bias, scores);
-    } else {
-      ScoreRow<false>(p, q, k, visible, bias, scores);
+// The outputs of row `row` past `out`: weights (scores holds the exps, sum
+// their total) and lse, when asked for.
+__attribute__((noinline)) void RowExtras(const Problem& p, size_t row,
+                                         const float* scores, int32_t visible,
+                                         float max_score, float sum) {
+  const float inv_sum = sum > 0.0f ? 1.0f / sum : 0.0f;
+  if (p.weights != nullptr) {
+    const size_t lk = static_cast<size_t>(p.kv_len);
+    float* w = p.weights + row * lk;
+    const int32_t shown = sum > 0.0f ? visible : 0;
+    for (int32_t j = 0; j < shown; j += 4) {
+      const mve_pred16_t t = vctp32q(static_cast<uint32_t>(shown - j));
+      vstrwq_p_f32(w + j, vmulq_n_f32(vldrwq_z_f32(scores + j, t), inv_sum),
+                   t);
     }
+    for (size_t j = static_cast<size_t>(shown); j < lk; ++j) w[j] = 0.0f;
+  }
+  if (p.lse != nullptr) {
+    p.lse[row] = sum > 0.0f ? max_score + logf(sum) : -INFINITY;
+  }
+}
 
-    // Max (NaN scores are ignored, as the reference's `s > max` does).
-    float max_score = -INFINITY;
-    for (int64_t j = 0; j < visible; j += 4) {
-      const mve_pred16_t t = Tail(visible - j);
-      max_score = vmaxnmvq_p_f32(max_score, vldrwq_z_f32(scores + j, t), t);
-    }
+// Query row i of (batch b, head h) against that head's keys k and values v.
+// Index arithmetic is in size_t and int32_t: on a 32-bit MCU every element
+// count of a validated Problem fits size_t, and kv_len fits int32.
+__attribute__((noinline)) void Row(const Problem& p, const float* k,
+                                   const float* v, size_t b, size_t h,
+                                   size_t i, float* scores) {
+  const size_t row = (b * static_cast<size_t>(p.q_heads) + h) *
+                         static_cast<size_t>(p.q_len) + i;
+  const int32_t d = static_cast<int32_t>(p.head_dim);
+  const int32_t dv = static_cast<int32_t>(p.value_dim);
+  float* out = p.out + row * static_cast<size_t>(dv);
+  const int32_t visible = static_cast<int32_t>(
+      VisibleKeys(p, static_cast<int64_t>(b), static_cast<int64_t>(i)));
+  {
+    const float* q = p.q + row * static_cast<size_t>(d);
+    const float* bias = BiasRow(p, static_cast<int64_t>(b),
+                                static_cast<int64_t>(h),
+                                static_cast<int64_t>(i));
+    const float max_score =
+        p.score == QKV_SCORE_GAUSSIAN
+            ? ScoreRow<true>(q, k, visible, d, -p.scale, bias, scores)
+            : ScoreRow<false>(q, k, visible, d, p.scale, bias, scores);
     float sum = 0.0f;
+    bool has_zero = false;
     if (max_score != -INFINITY) {
-      float32x4_t acc = vdupq_n_f32(0.0f);
-      const int32_t n = static_cast<int32_t>(visible);
-      for (int32_t j = 0; j < n; j += 4) {
-        const mve_pred16_t t = vctp32q(static_cast<uint32_t>(n - j));
-        const float32x4_t e = ExpNonPositive(
-            vsubq_n_f32(vldrwq_z_f32(scores + j, t), max_score));
-        vstrwq_p_f32(scores + j, e, t);
-        acc = vaddq_m_f32(acc, acc, e, t);
-      }
-      sum = AddLanes(acc);
+      sum = ExpRow(scores, visible, max_score, &has_zero);
     }
-    const float inv_sum = sum > 0.0f ? 1.0f / sum : 0.0f;
-
-    for (int64_t c = 0; c < dv; c += 4) {
-      vstrwq_p_f32(out + c, vdupq_n_f32(0.0f), Tail(dv - c));
-    }
+    // sum >= 1 whenever a key is visible (the max contributes exp(0)); NaN
+    // scores make it NaN, and the row is then zeros as in the reference.
     if (sum > 0.0f) {
-      int64_t j = 0;
-      for (; j + 4 <= visible; j += 4) {
-        const float p0 = scores[j], p1 = scores[j + 1];
-        const float p2 = scores[j + 2], p3 = scores[j + 3];
-        const float* vj = v + j * dv;
-        if (p0 != 0.0f && p1 != 0.0f && p2 != 0.0f && p3 != 0.0f) {
-          Accumulate4(out, vj, vj + dv, vj + 2 * dv, vj + 3 * dv, p0, p1, p2,
-                      p3, static_cast<int32_t>(dv));
-        } else {  // a hidden key never touches out (0 * inf would be NaN)
-          for (int64_t u = 0; u < 4; ++u) {
-            if (scores[j + u] != 0.0f) {
-              Accumulate1(out, vj + u * dv, scores[j + u], dv);
-            }
-          }
-        }
-      }
-      for (; j < visible; ++j) {
-        if (scores[j] != 0.0f) Accumulate1(out, v + j * dv, scores[j], dv);
-      }
-      for (int64_t c = 0; c < dv; c += 4) {
-        const mve_pred16_t t = Tail(dv - c);
-        vstrwq_p_f32(out + c, vmulq_n_f32(vldrwq_z_f32(out + c, t), inv_sum),
-                     t);
+      WeightedRow(scores, v, visible, dv, 1.0f / sum, has_zero, out);
+    } else {
+      for (int32_t c = 0; c < dv; c += 4) {
+        vstrwq_p_f32(out + c, vdupq_n_f32(0.0f),
+                     vctp32q(static_cast<uint32_t>(dv - c)));
       }
     }
-    if (p.weights != nullptr) {
-      float* w = p.weights + row * lk;
-      const int64_t shown = sum > 0.0f ? visible : 0;
-      for (int64_t j = 0; j < shown; j += 4) {
-        const mve_pred16_t t = Tail(shown - j);
-        vstrwq_p_f32(w + j, vmulq_n_f32(vldrwq_z_f32(scores + j, t), inv_sum),
-                     t);
-      }
-      for (int64_t j = shown; j < lk; ++j) w[j] = 0.0f;
-    }
-    if (p.lse != nullptr) {
-      p.lse[row] = sum > 0.0f ? max_score + logf(sum) : -INFINITY;
+    if (p.weights != nullptr || p.lse != nullptr) {
+      RowExtras(p, row, scores, visible, max_score, sum);
     }
   }
 }
 
-constexpr Engine kHelium = {"helium",           &Supports,
-                            &NumTasks,          &NoSharedWorkspace,
-                            &WorkspacePerWorker, nullptr,
-                            &RunTask};
+// The rows of one task (16 query rows of one head, as the reference).
+__attribute__((noinline)) void RunRows(const Problem& p, size_t task,
+                                       unsigned char* workspace) {
+  const size_t q_len = static_cast<size_t>(p.q_len);
+  const size_t blocks = (q_len + kTaskRows - 1) / kTaskRows;
+  const size_t bh = task / blocks;
+  const size_t b = bh / static_cast<size_t>(p.q_heads);
+  const size_t h = bh % static_cast<size_t>(p.q_heads);
+  const size_t kv_row = b * static_cast<size_t>(p.kv_heads) +
+                        h / static_cast<size_t>(p.group);
+  const size_t lk = static_cast<size_t>(p.kv_len);
+  const float* k = p.k + kv_row * lk * static_cast<size_t>(p.head_dim);
+  const float* v = p.v + kv_row * lk * static_cast<size_t>(p.value_dim);
+  const size_t i0 = (task % blocks) * kTaskRows;
+  const size_t i1 = i0 + kTaskRows < q_len ? i0 + kTaskRows : q_len;
+  for (size_t i = i0; i < i1; ++i) {
+    Row(p, k, v, b, h, i, reinterpret_cast<float*>(workspace));
+  }
+}
+
+// Additive scores go to the reference engine's task; both are tail calls, so
+// this frame is gone before either runs.
+void RunTask(const Problem& p, size_t task, const unsigned char* shared,
+             unsigned char* workspace) {
+  if (p.score == QKV_SCORE_ADDITIVE) {
+    return kReferenceEngine.run_task(p, task, shared, workspace);
+  }
+  return RunRows(p, task, workspace);
+}
 
 }  // namespace
 
-const Engine* HeliumEngine() { return &kHelium; }
+extern const Engine kHeliumEngine = {"helium",           &Supports,
+                                     &NumTasks,          &NoSharedWorkspace,
+                                     &WorkspacePerWorker, nullptr,
+                                     &RunTask};
+
+const Engine* HeliumEngine() { return &kHeliumEngine; }
 
 }  // namespace qkv

@@ -145,13 +145,13 @@ void RunTask(const Problem& p, size_t task, const unsigned char*,
   }
 }
 
-constexpr Engine kReference = {"reference",          &Supports,
-                               &NumTasks,            &NoSharedWorkspace,
-                               &WorkspacePerWorker,  nullptr,
-                               &RunTask};
-
 }  // namespace
 
-const Engine* ReferenceEngine() { return &kReference; }
+extern const Engine kReferenceEngine = {"reference",         &Supports,
+                                        &NumTasks,           &NoSharedWorkspace,
+                                        &WorkspacePerWorker, nullptr,
+                                        &RunTask};
+
+const Engine* ReferenceEngine() { return &kReferenceEngine; }
 
 }  // namespace qkv
