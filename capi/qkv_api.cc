@@ -19,59 +19,60 @@ constexpr size_t kMaxStructSize = 4096;
   (offsetof(qkv_attention_desc, field) +      \
    sizeof(static_cast<qkv_attention_desc*>(nullptr)->field))
 
-// End offsets of the descriptor's fields, in declaration order. A caller's
-// struct_size covers a prefix; a field is read only when it lies wholly
-// inside it.
-constexpr size_t kFieldEnds[] = {
-    QKV_FIELD_END(struct_size),      QKV_FIELD_END(batch),
-    QKV_FIELD_END(q_heads),          QKV_FIELD_END(kv_heads),
-    QKV_FIELD_END(q_len),            QKV_FIELD_END(kv_len),
-    QKV_FIELD_END(head_dim),         QKV_FIELD_END(value_dim),
-    QKV_FIELD_END(score),            QKV_FIELD_END(scale),
-    QKV_FIELD_END(mask),             QKV_FIELD_END(valid_lens),
-    QKV_FIELD_END(valid_lens_per_query), QKV_FIELD_END(bias),
-    QKV_FIELD_END(bias_batch_stride), QKV_FIELD_END(bias_head_stride),
-    QKV_FIELD_END(additive_hidden),  QKV_FIELD_END(additive_w_q),
-    QKV_FIELD_END(additive_w_k),     QKV_FIELD_END(additive_w_v),
-    QKV_FIELD_END(parallel_for),     QKV_FIELD_END(parallel_ctx),
-    QKV_FIELD_END(num_workers),      QKV_FIELD_END(backend),
-};
-static_assert(kFieldEnds[sizeof(kFieldEnds) / sizeof(kFieldEnds[0]) - 1] <=
-                  sizeof(qkv_attention_desc),
-              "kFieldEnds must list every field, the last one last");
+// The last field: a struct_size past its end (sizeof, with the padding) is a
+// newer caller's descriptor.
+static_assert(QKV_FIELD_END(backend) <= sizeof(qkv_attention_desc),
+              "backend must be the descriptor's last field");
+
+// One code path reads every struct_size (smaller builds): the field checks
+// cost a compare each. Elsewhere the common case, struct_size == sizeof, has
+// its own copy of PlanFrom with the checks folded away.
+#if defined(__OPTIMIZE_SIZE__)
+constexpr bool kOwnSizePath = false;
+#else
+constexpr bool kOwnSizePath = true;
+#endif
 
 float DefaultScale(int64_t head_dim) {
   return head_dim > 0 ? 1.0f / sqrtf(static_cast<float>(head_dim)) : 0.0f;
 }
 
-// a * b into *out; false when it overflows int64 (both are >= 0).
-bool Mul(int64_t a, int64_t b, int64_t* out) {
-#if defined(__GNUC__) || defined(__clang__)
-  return !__builtin_mul_overflow(a, b, out);  // no division on the hot path
-#else
-  if (a != 0 && b > INT64_MAX / a) return false;
-  *out = a * b;
-  return true;
+// a * b, or -1 when either is negative or the product overflows int64: a
+// failed step carries through a chain of products. Optimizing for size it
+// stays out of line (inlined, each is dozens of instructions on a 32-bit
+// core), and with the sentinel no product is stored through a pointer.
+#if defined(__OPTIMIZE_SIZE__) && defined(__GNUC__)
+__attribute__((noinline))
 #endif
+int64_t Mul(int64_t a, int64_t b) {
+  if ((a | b) < 0) return -1;
+  uint64_t r;
+#if defined(__GNUC__) || defined(__clang__)
+  // no division on the hot path
+  if (__builtin_mul_overflow(static_cast<uint64_t>(a),
+                             static_cast<uint64_t>(b), &r)) {
+    return -1;
+  }
+#else
+  if (a != 0 && b > INT64_MAX / a) return -1;
+  r = static_cast<uint64_t>(a) * static_cast<uint64_t>(b);
+#endif
+  return r > static_cast<uint64_t>(INT64_MAX) ? -1 : static_cast<int64_t>(r);
 }
 
-bool Mul4(int64_t a, int64_t b, int64_t c, int64_t e, int64_t* out) {
-  int64_t x, y;
-  return Mul(a, b, &x) && Mul(x, c, &y) && Mul(y, e, out);
-}
-
-// Element count n of floats is addressable: n * 4 bytes fits int64 and
-// size_t.
+// Element count n of floats is addressable: n >= 0 (no failed product), and
+// n * 4 bytes fits int64 and size_t.
 bool Addressable(int64_t n) {
-  int64_t bytes;
-  return Mul(n, 4, &bytes) &&
-         static_cast<uint64_t>(bytes) <= static_cast<uint64_t>(SIZE_MAX);
+  constexpr uint64_t kMax =
+      (static_cast<uint64_t>(SIZE_MAX) < static_cast<uint64_t>(INT64_MAX)
+           ? static_cast<uint64_t>(SIZE_MAX)
+           : static_cast<uint64_t>(INT64_MAX)) / 4;
+  return n >= 0 && static_cast<uint64_t>(n) <= kMax;
 }
 
 // a * b * c * e floats are representable and addressable.
 bool Count4(int64_t a, int64_t b, int64_t c, int64_t e) {
-  int64_t n;
-  return Mul4(a, b, c, e, &n) && Addressable(n);
+  return Addressable(Mul(Mul(Mul(a, b), c), e));
 }
 
 struct Range {
@@ -102,117 +103,143 @@ struct Plan {
   const char* backend;  // desc.backend, while the engine is being chosen
 };
 
-// Validates the descriptor `d` (not the data pointers) and picks the engine.
-// `newer`: the caller's descriptor is longer than ours and sets fields this
-// library does not know.
-qkv_status PlanFrom(const qkv_attention_desc& d, bool newer, Plan* plan) {
-  if (d.batch <= 0 || d.q_heads <= 0 || d.kv_heads <= 0 || d.q_len <= 0 ||
-      d.kv_len <= 0 || d.head_dim <= 0 || d.value_dim <= 0) {
+// Validates the caller's descriptor `d` of struct_size `size` (not the data
+// pointers) into `plan`. A field is read only when it lies wholly inside
+// `size`; the others are at their defaults: scale 1/sqrt(head_dim), every
+// other field 0 or NULL. The descriptor is read where the caller keeps it,
+// through a pointer (a reference would let the compiler read past a shorter
+// descriptor). kFull: size == sizeof, every field is there.
+template <bool kFull>
+qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan) {
+#define QKV_HAS(field) (kFull || QKV_FIELD_END(field) <= size)
+#define QKV_READ(field) (QKV_HAS(field) ? d->field : 0)
+  // The sizes have no default: a descriptor without them is invalid.
+  if (!QKV_HAS(value_dim)) return QKV_ERR_INVALID_ARGUMENT;
+  const int64_t batch = d->batch, q_heads = d->q_heads,
+                kv_heads = d->kv_heads, q_len = d->q_len, kv_len = d->kv_len,
+                head_dim = d->head_dim, value_dim = d->value_dim;
+  if (batch <= 0 || q_heads <= 0 || kv_heads <= 0 || q_len <= 0 ||
+      kv_len <= 0 || head_dim <= 0 || value_dim <= 0) {
     return QKV_ERR_INVALID_ARGUMENT;
   }
-  if (d.q_heads % d.kv_heads != 0) return QKV_ERR_INVALID_ARGUMENT;
+  if (q_heads % kv_heads != 0) return QKV_ERR_INVALID_ARGUMENT;
   // An out-of-range enum value is undefined behaviour to read as the enum in
   // C++, and that is exactly what a C caller may pass: read its bytes.
-  int32_t score;
-  static_assert(sizeof(score) == sizeof(d.score), "qkv_score is 32 bits");
-  memcpy(&score, &d.score, sizeof(score));
+  int32_t score = QKV_SCORE_DOT;
+  static_assert(sizeof(score) == sizeof(d->score), "qkv_score is 32 bits");
+  if (QKV_HAS(score)) memcpy(&score, &d->score, sizeof(score));
   if (score != QKV_SCORE_DOT && score != QKV_SCORE_GAUSSIAN &&
       score != QKV_SCORE_ADDITIVE) {
     return QKV_ERR_INVALID_ARGUMENT;
   }
   const uint32_t known_masks =
       QKV_MASK_CAUSAL | QKV_MASK_VALID_LENS | QKV_MASK_BIAS;
-  if ((d.mask & ~known_masks) != 0) return QKV_ERR_INVALID_ARGUMENT;
-  if (!isfinite(d.scale)) return QKV_ERR_INVALID_ARGUMENT;
+  const uint32_t mask = QKV_READ(mask);
+  if ((mask & ~known_masks) != 0) return QKV_ERR_INVALID_ARGUMENT;
+  const float scale = QKV_HAS(scale) ? d->scale : DefaultScale(head_dim);
+  if (!isfinite(scale)) return QKV_ERR_INVALID_ARGUMENT;
 
-  // Every element count and byte count must be representable: q, k, v, out,
-  // weights and the rows (lse).
-  int64_t n_k, n_rows;
-  if (!Count4(d.batch, d.q_heads, d.q_len, d.head_dim) ||
-      !Count4(d.batch, d.kv_heads, d.kv_len, d.head_dim) ||
-      !Count4(d.batch, d.kv_heads, d.kv_len, d.value_dim) ||
-      !Count4(d.batch, d.q_heads, d.q_len, d.value_dim) ||
-      !Count4(d.batch, d.q_heads, d.q_len, d.kv_len) ||
-      !Count4(d.batch, d.q_heads, d.q_len, 1) ||
-      !Mul4(d.batch, d.kv_heads, d.kv_len, d.head_dim, &n_k) ||
-      !Mul4(d.batch, d.q_heads, d.q_len, 1, &n_rows)) {
+  // Every element count and byte count must be representable: q, k, v, out
+  // and weights (the rows, lse, divide each).
+  if (!Count4(batch, q_heads, q_len, head_dim) ||
+      !Count4(batch, kv_heads, kv_len, head_dim) ||
+      !Count4(batch, kv_heads, kv_len, value_dim) ||
+      !Count4(batch, q_heads, q_len, value_dim) ||
+      !Count4(batch, q_heads, q_len, kv_len)) {
     return QKV_ERR_INVALID_ARGUMENT;
   }
+  // Rows of k and of out (lse): no overflow, the counts above are larger.
+  const int64_t kv_rows = batch * kv_heads * kv_len;
+  const int64_t n_rows = batch * q_heads * q_len;
 
   Problem& p = plan->problem;
   memset(&p, 0, sizeof(p));
-  p.batch = d.batch;
-  p.q_heads = d.q_heads;
-  p.kv_heads = d.kv_heads;
-  p.q_len = d.q_len;
-  p.kv_len = d.kv_len;
-  p.head_dim = d.head_dim;
-  p.value_dim = d.value_dim;
-  p.group = d.q_heads / d.kv_heads;
-  p.score = d.score;
-  p.scale = d.scale;
-  p.causal = (d.mask & QKV_MASK_CAUSAL) != 0;
+  p.batch = batch;
+  p.q_heads = q_heads;
+  p.kv_heads = kv_heads;
+  p.q_len = q_len;
+  p.kv_len = kv_len;
+  p.head_dim = head_dim;
+  p.value_dim = value_dim;
+  p.group = q_heads / kv_heads;
+  p.score = static_cast<qkv_score>(score);
+  p.scale = scale;
+  p.causal = (mask & QKV_MASK_CAUSAL) != 0;
 
-  if (d.mask & QKV_MASK_VALID_LENS) {
-    if (d.valid_lens == nullptr) return QKV_ERR_INVALID_ARGUMENT;
-    const int64_t n = d.valid_lens_per_query ? d.batch * d.q_len : d.batch;
+  if (mask & QKV_MASK_VALID_LENS) {
+    const int32_t* valid_lens = QKV_READ(valid_lens);
+    const bool per_query = QKV_READ(valid_lens_per_query) != 0;
+    if (valid_lens == nullptr) return QKV_ERR_INVALID_ARGUMENT;
+    const int64_t n = per_query ? batch * q_len : batch;  // fits: n_rows does
     for (int64_t i = 0; i < n; ++i) {
-      if (d.valid_lens[i] < 0 || d.valid_lens[i] > d.kv_len) {
+      if (valid_lens[i] < 0 || valid_lens[i] > kv_len) {
         return QKV_ERR_INVALID_ARGUMENT;
       }
     }
-    p.valid_lens = d.valid_lens;
-    p.valid_lens_per_query = d.valid_lens_per_query != 0;
+    p.valid_lens = valid_lens;
+    p.valid_lens_per_query = per_query;
   }
-  if (d.mask & QKV_MASK_BIAS) {
-    if (d.bias == nullptr || d.bias_batch_stride < 0 ||
-        d.bias_head_stride < 0) {
+  if (mask & QKV_MASK_BIAS) {
+    const float* bias = QKV_READ(bias);
+    const int64_t batch_stride = QKV_READ(bias_batch_stride);
+    const int64_t head_stride = QKV_READ(bias_head_stride);
+    if (bias == nullptr || batch_stride < 0 || head_stride < 0) {
       return QKV_ERR_INVALID_ARGUMENT;
     }
     // The last element read: (B-1)*sb + (H-1)*sh + Lq*Lk - 1.
-    int64_t last_b, last_h, row_block;
-    if (!Mul(d.batch - 1, d.bias_batch_stride, &last_b) ||
-        !Mul(d.q_heads - 1, d.bias_head_stride, &last_h) ||
-        !Mul(d.q_len, d.kv_len, &row_block) || last_b > INT64_MAX - last_h ||
+    const int64_t last_b = Mul(batch - 1, batch_stride);
+    const int64_t last_h = Mul(q_heads - 1, head_stride);
+    const int64_t row_block = q_len * kv_len;  // fits: weights' count does
+    if (last_b < 0 || last_h < 0 || last_b > INT64_MAX - last_h ||
         last_b + last_h > INT64_MAX - row_block ||
         !Addressable(last_b + last_h + row_block)) {
       return QKV_ERR_INVALID_ARGUMENT;
     }
-    p.bias = d.bias;
-    p.bias_batch_stride = d.bias_batch_stride;
-    p.bias_head_stride = d.bias_head_stride;
+    p.bias = bias;
+    p.bias_batch_stride = batch_stride;
+    p.bias_head_stride = head_stride;
   }
-  if (d.score == QKV_SCORE_ADDITIVE) {
-    int64_t w, proj;
-    if (d.additive_hidden <= 0 || d.additive_w_q == nullptr ||
-        d.additive_w_k == nullptr || d.additive_w_v == nullptr ||
-        !Mul(d.additive_hidden, d.head_dim, &w) || !Addressable(w) ||
-        !Mul(d.additive_hidden, d.kv_len + 1, &proj) || !Addressable(proj) ||
-        !Mul(n_k / d.head_dim, d.additive_hidden, &proj) ||
-        !Addressable(proj) || !Mul(n_rows, d.additive_hidden, &proj) ||
-        !Addressable(proj)) {
+  if (score == QKV_SCORE_ADDITIVE) {
+    const int64_t hidden = QKV_READ(additive_hidden);
+    const float* w_q = QKV_READ(additive_w_q);
+    const float* w_k = QKV_READ(additive_w_k);
+    const float* w_v = QKV_READ(additive_w_v);
+    if (hidden <= 0 || w_q == nullptr || w_k == nullptr || w_v == nullptr ||
+        !Addressable(Mul(hidden, head_dim)) ||
+        !Addressable(Mul(hidden, kv_len + 1)) ||
+        !Addressable(Mul(kv_rows, hidden)) ||
+        !Addressable(Mul(n_rows, hidden))) {
       return QKV_ERR_INVALID_ARGUMENT;
     }
-    p.additive_hidden = d.additive_hidden;
-    p.w_q = d.additive_w_q;
-    p.w_k = d.additive_w_k;
-    p.w_v = d.additive_w_v;
+    p.additive_hidden = hidden;
+    p.w_q = w_q;
+    p.w_k = w_k;
+    p.w_v = w_v;
   }
-  if (d.parallel_for != nullptr && d.num_workers == 0) {
+  const qkv_parallel_for_fn parallel_for = QKV_READ(parallel_for);
+  const size_t num_workers = QKV_READ(num_workers);
+  if (parallel_for != nullptr && num_workers == 0) {
     return QKV_ERR_INVALID_ARGUMENT;
   }
 
-  plan->parallel_for = d.parallel_for;
-  plan->parallel_ctx = d.parallel_ctx;
-  plan->workers = d.parallel_for != nullptr ? d.num_workers : 1;
+  plan->parallel_for = parallel_for;
+  plan->parallel_ctx = QKV_READ(parallel_ctx);
+  plan->workers = parallel_for != nullptr ? num_workers : 1;
   plan->engine = nullptr;
-  // Valid, but maybe not servable here.
-  if (newer) return QKV_ERR_UNSUPPORTED;
-  if (d.q_len > INT32_MAX || d.kv_len > INT32_MAX) return QKV_ERR_UNSUPPORTED;
-  // MakePlan picks the engine for d.backend, once this frame (and a copied
-  // descriptor's) is gone.
-  plan->backend = d.backend;
+  // Valid, but maybe not servable here. A longer descriptor with non-zero
+  // bytes past ours sets fields this library does not know.
+  if (!kFull) {
+    const unsigned char* bytes = reinterpret_cast<const unsigned char*>(d);
+    for (size_t i = sizeof(qkv_attention_desc); i < size; ++i) {
+      if (bytes[i] != 0) return QKV_ERR_UNSUPPORTED;
+    }
+  }
+  if (q_len > INT32_MAX || kv_len > INT32_MAX) return QKV_ERR_UNSUPPORTED;
+  // MakePlan picks the engine for the backend, once this frame is gone.
+  plan->backend = QKV_READ(backend);
   return QKV_OK;
+#undef QKV_READ
+#undef QKV_HAS
 }
 
 // Picks the engine for plan->backend and sizes the workspace.
@@ -243,42 +270,17 @@ __attribute__((noinline)) qkv_status ChooseEngine(Plan* plan) {
   return QKV_OK;
 }
 
-// A descriptor whose struct_size is not ours: copied into one of ours, the
-// fields its struct_size does not cover at their defaults. Kept out of
-// MakePlan so that the copy's stack is used only on this path.
-__attribute__((noinline)) qkv_status PlanFromOther(
-    const qkv_attention_desc* in, size_t size, Plan* plan) {
-  qkv_attention_desc d;
-  size_t covered = 0;
-  for (size_t end : kFieldEnds) {
-    if (end <= size) covered = end;
-  }
-  memset(&d, 0, sizeof(d));
-  d.score = QKV_SCORE_DOT;
-  memcpy(&d, in, covered);
-  if (covered < QKV_FIELD_END(scale)) d.scale = DefaultScale(d.head_dim);
-  d.struct_size = sizeof(d);
-  // A longer struct with non-zero bytes past ours sets fields this library
-  // does not know.
-  bool newer = false;
-  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(in);
-  for (size_t i = sizeof(d); i < size; ++i) {
-    if (bytes[i] != 0) newer = true;
-  }
-  return PlanFrom(d, newer, plan);
-}
-
 // Validates the caller's descriptor and picks the engine. A descriptor of
-// this version (the common case) is read where it is, not copied.
+// any struct_size is read where it is, not copied.
 qkv_status MakePlan(const qkv_attention_desc* in, Plan* plan) {
   if (in == nullptr) return QKV_ERR_INVALID_ARGUMENT;
   const size_t size = in->struct_size;
   if (size < sizeof(size_t) || size > kMaxStructSize) {
     return QKV_ERR_INVALID_ARGUMENT;
   }
-  const qkv_status st = size == sizeof(qkv_attention_desc)
-                            ? PlanFrom(*in, false, plan)
-                            : PlanFromOther(in, size, plan);
+  const qkv_status st = kOwnSizePath && size == sizeof(qkv_attention_desc)
+                            ? PlanFrom<true>(in, size, plan)
+                            : PlanFrom<false>(in, size, plan);
   return st == QKV_OK ? ChooseEngine(plan) : st;
 }
 

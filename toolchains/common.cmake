@@ -1,12 +1,13 @@
 # Shared bits of qkv's toolchain files (include()d by each of them; see the
 # README's "Cross-compiling" section).
 #
-#   qkv_linux_cross(<triple> <qemu-user binary>)
+#   qkv_linux_cross(<triple> <qemu-user binary> [<cpu flags...>])
 #       A Debian cross compiler (<triple>-gcc/-g++), libraries from Debian's
 #       multiarch packages (libhwy-dev:<arch>, libgtest-dev:<arch>), and the
 #       tests run under qemu-user. QKV_QEMU_CPU picks the emulated CPU; when
 #       empty, qemu reads QEMU_CPU from the environment (or uses its default,
-#       "max").
+#       "max"). The cpu flags, if any, go into every C and C++ compile (and
+#       link) of the project: e.g. 32-bit ARM's FPU and float ABI.
 #
 #   qkv_bare_metal(<machine> <linker script> <cpu flags...>)
 #       arm-none-eabi-gcc with picolibc and semihosting: no OS, no heap use by
@@ -30,12 +31,23 @@ macro(qkv_linux_cross triple qemu)
   set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE BOTH)
   set(QKV_QEMU_CPU "" CACHE STRING
     "qemu -cpu for the tests (empty: QEMU_CPU from the environment, else qemu's default)")
-  set(CMAKE_CROSSCOMPILING_EMULATOR ${qemu} -L /usr/${triple})
+  # The loader comes from the cross runtime (libc6-<arch>-cross, through -L);
+  # without LD_LIBRARY_PATH it would take libc.so.6 from the multiarch
+  # libc6:<arch> (pulled in by libhwy-dev:<arch>) through the host's
+  # ld.so.cache, a different glibc build: the first pthread_create then hangs
+  # (aarch64) or crashes (armhf). So the whole C/C++ runtime is the cross one.
+  set(CMAKE_CROSSCOMPILING_EMULATOR ${qemu} -L /usr/${triple}
+    -E LD_LIBRARY_PATH=/usr/${triple}/lib)
   if(QKV_QEMU_CPU)
     list(APPEND CMAKE_CROSSCOMPILING_EMULATOR -cpu ${QKV_QEMU_CPU})
   endif()
   # The Python binding loads the library into the host's python3: not here.
   set(QKV_PYTHON_TESTS OFF CACHE STRING "")
+  if(NOT "${ARGN}" STREQUAL "")
+    string(REPLACE ";" " " _qkv_cpu_flags "${ARGN}")
+    set(CMAKE_C_FLAGS_INIT "${_qkv_cpu_flags}")
+    set(CMAKE_CXX_FLAGS_INIT "${_qkv_cpu_flags}")
+  endif()
 endmacro()
 
 macro(qkv_bare_metal machine linker_script)
