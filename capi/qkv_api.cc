@@ -85,9 +85,11 @@ Range RangeOf(const void* p, int64_t elements, size_t element_size) {
   return {b, b + static_cast<uintptr_t>(elements) * element_size};
 }
 
+// Bitwise, not short-circuit: a call checks 18 pairs, and compares without
+// branches cost a fraction of mispredicted ones on tiny calls.
 bool Overlap(Range a, Range b) {
-  return a.begin != a.end && b.begin != b.end && a.begin < b.end &&
-         b.begin < a.end;
+  return (a.begin != a.end) & (b.begin != b.end) & (a.begin < b.end) &
+         (b.begin < a.end);
 }
 
 // Everything a call needs that depends on the descriptor only.
@@ -305,24 +307,18 @@ __attribute__((noinline)) bool BuffersValid(const Problem& p,
   const Range inputs[] = {RangeOf(q, rows * p.head_dim, 4),
                           RangeOf(k, kv_rows * p.head_dim, 4),
                           RangeOf(v, kv_rows * p.value_dim, 4)};
-  for (size_t i = 0; i < 3; ++i) {
-    for (size_t j = 0; j < 3; ++j) {
-      if (Overlap(outputs[i], inputs[j])) return false;
-    }
-    for (size_t j = i + 1; j < 3; ++j) {
-      if (Overlap(outputs[i], outputs[j])) return false;
-    }
-  }
   if (workspace == nullptr && workspace_size != 0) return false;
   const Range r_ws = {reinterpret_cast<uintptr_t>(workspace),
                       reinterpret_cast<uintptr_t>(workspace) + workspace_size};
-  for (const Range& r : outputs) {
-    if (Overlap(r_ws, r)) return false;
+  bool overlap = false;
+  for (size_t i = 0; i < 3; ++i) {
+    for (size_t j = 0; j < 3; ++j) overlap |= Overlap(outputs[i], inputs[j]);
+    for (size_t j = i + 1; j < 3; ++j) {
+      overlap |= Overlap(outputs[i], outputs[j]);
+    }
+    overlap |= Overlap(r_ws, outputs[i]) | Overlap(r_ws, inputs[i]);
   }
-  for (const Range& r : inputs) {
-    if (Overlap(r_ws, r)) return false;
-  }
-  return true;
+  return !overlap;
 }
 
 struct CallContext {

@@ -200,14 +200,16 @@ struct TileTask {
 inline TileTask TileTaskAt(const Problem& p, size_t task, size_t tile_rows) {
   const int64_t tiles = TilesPerHead(p, tile_rows);
   const int64_t t = static_cast<int64_t>(task);
-  const int64_t bkv = t / tiles;
+  // A 64-bit division is tens of cycles: skip the ones by 1 (one tile per
+  // head, one kv head), which is what small calls have.
+  const int64_t bkv = tiles == 1 ? t : t / tiles;
   TileTask r;
-  r.b = bkv / p.kv_heads;
-  r.kvh = bkv % p.kv_heads;
+  r.b = p.kv_heads == 1 ? bkv : bkv / p.kv_heads;
+  r.kvh = bkv - r.b * p.kv_heads;
   r.row_path = UsesRowPath(p);
   const int64_t total = p.group * p.q_len;
   const int64_t size = r.row_path ? total : static_cast<int64_t>(tile_rows);
-  r.r0 = (t % tiles) * size;
+  r.r0 = (t - bkv * tiles) * size;
   r.rows = total - r.r0 < size ? total - r.r0 : size;
   r.split = 0;
   r.key_begin = 0;
@@ -222,6 +224,7 @@ inline size_t SplitTasks(const Problem& p, size_t tile_rows) {
 
 inline TileTask SplitTaskAt(const Problem& p, size_t task, size_t tile_rows) {
   const int64_t splits = KeySplits(p);
+  if (splits == 1) return TileTaskAt(p, task, tile_rows);
   TileTask r = TileTaskAt(p, task / static_cast<size_t>(splits), tile_rows);
   r.split = static_cast<int64_t>(task) % splits;
   r.key_begin = r.split * kSplitKeys;
@@ -248,10 +251,36 @@ struct Tile {
   float* q_rows;  // [kRowPathMaxRows][dim] pre-scaled queries
   float* o_rows;  // [kRowPathMaxRows][value_dim] unnormalized output
   float* s_row;   // [kBlockKeys + lanes] scores of one row
-  // Tiny path (kv_len <= lanes): keys and values transposed, keys in lanes.
-  float* kt;  // [dim][lanes]
-  float* vt;  // [value_dim][lanes]
 };
+
+// Tiny path (a row-path problem with kv_len <= lanes): keys and values
+// transposed, keys in lanes. Such a problem runs nothing else, so its
+// worker workspace is this small layout alone.
+struct TinyTile {
+  float* tail;   // [lanes] scratch for partial vectors
+  float* kt;     // [dim][lanes]
+  float* vt;     // [value_dim][lanes]
+};
+
+inline bool UsesTinyPath(const Problem& p, size_t lanes) {
+  return UsesRowPath(p) && p.kv_len <= static_cast<int64_t>(lanes);
+}
+
+// Bytes of a tiny-path worker's workspace; with base non-NULL also fills
+// *tile.
+inline size_t LayoutTiny(const Problem& p, size_t lanes, unsigned char* base,
+                         TinyTile* tile) {
+  const size_t dim = static_cast<size_t>(ScoreDim(p));
+  const size_t tail_bytes = AlignUp(lanes * 4);
+  const size_t kt_bytes = AlignUp(dim * lanes * 4);
+  if (tile != nullptr) {
+    tile->tail = reinterpret_cast<float*>(base);
+    tile->kt = reinterpret_cast<float*>(base + tail_bytes);
+    tile->vt = reinterpret_cast<float*>(base + tail_bytes + kt_bytes);
+  }
+  return tail_bytes + kt_bytes +
+         AlignUp(static_cast<size_t>(p.value_dim) * lanes * 4);
+}
 
 // Bytes of one worker's workspace; with base non-NULL also fills *tile.
 inline size_t LayoutTile(const Problem& p, size_t lanes, unsigned char* base,
@@ -278,9 +307,6 @@ inline size_t LayoutTile(const Problem& p, size_t lanes, unsigned char* base,
   unsigned char* q_rows = take(kRowPathMaxRows * dim * 4);
   unsigned char* o_rows = take(kRowPathMaxRows * dv * 4);
   unsigned char* s_row = take((kBlockKeys + lanes) * 4);
-  const bool tiny = p.kv_len <= static_cast<int64_t>(lanes);
-  unsigned char* kt = take(tiny ? dim * lanes * 4 : 0);
-  unsigned char* vt = take(tiny ? dv * lanes * 4 : 0);
   if (tile != nullptr) {
     tile->qt = reinterpret_cast<float*>(qt);
     tile->st = reinterpret_cast<float*>(st);
@@ -295,8 +321,6 @@ inline size_t LayoutTile(const Problem& p, size_t lanes, unsigned char* base,
     tile->q_rows = reinterpret_cast<float*>(q_rows);
     tile->o_rows = reinterpret_cast<float*>(o_rows);
     tile->s_row = reinterpret_cast<float*>(s_row);
-    tile->kt = reinterpret_cast<float*>(kt);
-    tile->vt = reinterpret_cast<float*>(vt);
   }
   return offset;
 }
@@ -354,9 +378,9 @@ inline int64_t SetUpRowPath(const Problem& p, const Operands& op, int64_t b,
                             int64_t kvh, int64_t rows, const Tile& tile) {
   const int64_t d = op.dim, dv = p.value_dim;
   int64_t max_limit = 0;
+  // Flat row r is query i of head h, counted up without dividing.
+  int64_t h = kvh * p.group, i = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t h = kvh * p.group + r / p.q_len;
-    const int64_t i = r % p.q_len;
     tile.row[r] = (b * p.q_heads + h) * p.q_len + i;
     const int64_t limit = VisibleKeys(p, b, i);
     tile.limit[r] = static_cast<int32_t>(limit);
@@ -367,6 +391,10 @@ inline int64_t SetUpRowPath(const Problem& p, const Operands& op, int64_t b,
     const float* q = op.q + tile.row[r] * d;
     for (int64_t t = 0; t < d; ++t) tile.q_rows[r * d + t] = q[t] * op.q_scale;
     for (int64_t c = 0; c < dv; ++c) tile.o_rows[r * dv + c] = 0.0f;
+    if (++i == p.q_len) {
+      i = 0;
+      ++h;
+    }
   }
   return max_limit;
 }

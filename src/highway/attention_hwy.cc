@@ -608,30 +608,40 @@ void RowOutput(const float* HWY_RESTRICT pr, const float* HWY_RESTRICT v,
 // Row path for tiny problems, kv_len <= lanes (toy shapes, short caches):
 // K and V are transposed once into the workspace and each row's scores,
 // softmax and output are a handful of whole-vector operations with keys in
-// lanes. Same results contract as RunRows.
+// lanes. Same results contract as RunRows. Tiny calls are dominated by fixed
+// costs, so this path sets up only what it uses (no Tile, no divisions).
 void RunRowsTiny(const Problem& p, const Operands& op, const TileTask& task,
-                 const Tile& tile) {
+                 unsigned char* workspace) {
   const DF df;
   const DI di;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  TinyTile tile;
+  LayoutTiny(p, static_cast<size_t>(N), workspace, &tile);
   const int64_t b = task.b, kvh = task.kvh;
   const int64_t d = op.dim, dv = p.value_dim, lk = p.kv_len;
-  SetUpRowPath(p, op, b, kvh, task.rows, tile);
   const float* v = p.v + (b * p.kv_heads + kvh) * lk * dv;
-  for (int64_t t = 0; t < d; ++t) {
-    for (int64_t j = 0; j < N; ++j) {
-      tile.kt[t * N + j] = j < lk ? op.k[j * d + t] : 0.0f;
-    }
-  }
-  for (int64_t c = 0; c < dv; ++c) {
-    for (int64_t j = 0; j < N; ++j) {
-      tile.vt[c * N + j] = j < lk ? v[j * dv + c] : 0.0f;
-    }
+  const VF zero = hn::Zero(df);
+  // Lanes of keys j >= lk stay 0: they are masked below, and a 0 (never
+  // garbage) keeps every lane's arithmetic finite.
+  for (int64_t t = 0; t < d; ++t) hn::Store(zero, df, tile.kt + t * N);
+  for (int64_t c = 0; c < dv; ++c) hn::Store(zero, df, tile.vt + c * N);
+  for (int64_t j = 0; j < lk; ++j) {
+    for (int64_t t = 0; t < d; ++t) tile.kt[t * N + j] = op.k[j * d + t];
+    for (int64_t c = 0; c < dv; ++c) tile.vt[c * N + j] = v[j * dv + c];
   }
   const VF neg_inf = hn::Set(df, -INFINITY);
-  const VF zero = hn::Zero(df);
+  const auto key = hn::Iota(di, 0);
+  // Flat row r is query i of head h, counted up without dividing.
+  int64_t h = kvh * p.group, i = 0;
   for (int64_t r = 0; r < task.rows; ++r) {
-    const float* q = tile.q_rows + r * d;
+    const int64_t row = (b * p.q_heads + h) * p.q_len + i;
+    const int64_t limit = VisibleKeys(p, b, i);
+    const float* bias_row = BiasRow(p, b, h, i);
+    if (++i == p.q_len) {
+      i = 0;
+      ++h;
+    }
+    const float* q = op.q + row * d;
     VF s = zero;
     if (op.kind == kAdditive) {
       for (int64_t t = 0; t < d; ++t) {
@@ -646,20 +656,21 @@ void RunRowsTiny(const Problem& p, const Operands& op, const TileTask& task,
       s = hn::Mul(s, hn::Set(df, op.finish));
     } else {
       for (int64_t t = 0; t < d; ++t) {
-        s = hn::MulAdd(hn::Set(df, q[t]), hn::Load(df, tile.kt + t * N), s);
+        s = hn::MulAdd(hn::Set(df, q[t] * op.q_scale),
+                       hn::Load(df, tile.kt + t * N), s);
       }
       if (op.kind == kDotScaled) s = hn::Mul(s, hn::Set(df, op.finish));
     }
-    if (tile.bias[r] != nullptr) {
-      for (int64_t j = 0; j < N; ++j) tile.tail[j] = j < lk ? tile.bias[r][j] : 0.0f;
+    if (bias_row != nullptr) {
+      hn::Store(zero, df, tile.tail);
+      for (int64_t j = 0; j < lk; ++j) tile.tail[j] = bias_row[j];
       const VF bias = hn::Load(df, tile.tail);
       s = hn::IfThenElse(hn::Eq(bias, neg_inf), neg_inf, hn::Add(s, bias));
     }
     const auto visible = hn::RebindMask(
-        df, hn::Lt(hn::Iota(di, 0), hn::Set(di, tile.limit[r])));
+        df, hn::Lt(key, hn::Set(di, static_cast<int32_t>(limit))));
     s = hn::IfThenElse(visible, s, neg_inf);
     const float m = hn::GetLane(hn::MaxOfLanes(df, s));
-    const int64_t row = tile.row[r];
     float* out = p.out + row * dv;
     float* w = p.weights != nullptr ? p.weights + row * lk : nullptr;
     const VF e = ExpNonPositive(hn::Sub(s, hn::Set(df, m)));
@@ -775,18 +786,21 @@ void Prepare(const Problem& p, unsigned char* shared) {
 size_t NumTasks(const Problem& p) { return SplitTasks(p, TileRows()); }
 
 size_t WorkspacePerWorker(const Problem& p) {
-  return LayoutTile(p, Lanes(), nullptr, nullptr);
+  return UsesTinyPath(p, Lanes()) ? LayoutTiny(p, Lanes(), nullptr, nullptr)
+                                  : LayoutTile(p, Lanes(), nullptr, nullptr);
 }
 
 void RunTask(const Problem& p, size_t task, const unsigned char* shared,
              unsigned char* workspace) {
-  Tile tile;
-  LayoutTile(p, Lanes(), workspace, &tile);
   const TileTask t = SplitTaskAt(p, task, TileRows());
   const Operands op = OperandsFor(p, shared, t.b, t.kvh);
-  if (t.row_path && p.kv_len <= static_cast<int64_t>(Lanes())) {
-    RunRowsTiny(p, op, t, tile);
-  } else if (t.row_path) {
+  if (UsesTinyPath(p, Lanes())) {
+    RunRowsTiny(p, op, t, workspace);
+    return;
+  }
+  Tile tile;
+  LayoutTile(p, Lanes(), workspace, &tile);
+  if (t.row_path) {
     RunRows(p, op, t, shared, tile);
   } else if (t.rows <= static_cast<int64_t>(Lanes())) {
     RunTile<1>(p, op, t.b, t.kvh, t.r0, t.rows, tile);
