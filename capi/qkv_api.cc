@@ -87,9 +87,12 @@ Range RangeOf(const void* p, int64_t elements, size_t element_size) {
 
 // Bitwise, not short-circuit: a call checks 18 pairs, and compares without
 // branches cost a fraction of mispredicted ones on tiny calls.
-bool Overlap(Range a, Range b) {
-  return (a.begin != a.end) & (b.begin != b.end) & (a.begin < b.end) &
-         (b.begin < a.end);
+// Returns 1 or 0.
+unsigned Overlap(Range a, Range b) {
+  return static_cast<unsigned>(a.begin != a.end) &
+         static_cast<unsigned>(b.begin != b.end) &
+         static_cast<unsigned>(a.begin < b.end) &
+         static_cast<unsigned>(b.begin < a.end);
 }
 
 // Everything a call needs that depends on the descriptor only.
@@ -310,7 +313,7 @@ __attribute__((noinline)) bool BuffersValid(const Problem& p,
   if (workspace == nullptr && workspace_size != 0) return false;
   const Range r_ws = {reinterpret_cast<uintptr_t>(workspace),
                       reinterpret_cast<uintptr_t>(workspace) + workspace_size};
-  bool overlap = false;
+  unsigned overlap = 0;
   for (size_t i = 0; i < 3; ++i) {
     for (size_t j = 0; j < 3; ++j) overlap |= Overlap(outputs[i], inputs[j]);
     for (size_t j = i + 1; j < 3; ++j) {
@@ -318,7 +321,7 @@ __attribute__((noinline)) bool BuffersValid(const Problem& p,
     }
     overlap |= Overlap(r_ws, outputs[i]) | Overlap(r_ws, inputs[i]);
   }
-  return !overlap;
+  return overlap == 0;
 }
 
 struct CallContext {

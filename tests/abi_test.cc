@@ -118,6 +118,26 @@ TEST(AbiTest, HighwayTargetsOfThisCpuAreListed) {
 }
 #endif
 
+#if defined(QKV_TEST_HAVE_HIGHWAY)
+// A build with the Highway engine lists at least its static target: on 32-bit
+// ARM built for NEON, Debian's libhwy reports only scalar targets, and the
+// engine once dropped out of the list there without any test failing.
+TEST(AbiTest, HighwayBuildListsHighwayBackends) {
+  bool any_highway = false, neon = false;
+  for (size_t i = 0; i < qkv_backend_count(); ++i) {
+    const std::string n = qkv_backend_name(i);
+    any_highway = any_highway || n.rfind("highway:", 0) == 0;
+    neon = neon || n == "highway:NEON";
+  }
+  EXPECT_TRUE(any_highway);
+#if defined(__ARM_NEON) || defined(__ARM_NEON__)
+  EXPECT_TRUE(neon) << "built for NEON, but highway:NEON is not listed";
+#else
+  (void)neon;
+#endif
+}
+#endif
+
 TEST(AbiTest, DescInitDefaults) {
   qkv_attention_desc d;
   std::memset(&d, 0xAB, sizeof d);

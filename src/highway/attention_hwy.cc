@@ -857,7 +857,17 @@ size_t HighwayEngines(const Engine** out, size_t max) {
       {HWY_SCALAR, &N_SCALAR::GetEngine},
 #endif
   };
-  const int64_t supported = hwy::SupportedTargets();
+  // The static target is the baseline the compiler was told this CPU has,
+  // so it runs wherever this code runs. It is added to what the library
+  // detects because libhwy may not know it: Debian's armhf libhwy is built
+  // without NEON and reports only the scalar targets, while this file is
+  // compiled for NEON. Header-only builds (WASM) have no libhwy at all.
+#if defined(HWY_COMPILE_ONLY_STATIC)
+  const int64_t supported = HWY_STATIC_TARGET;
+#else
+  const int64_t supported =
+      static_cast<int64_t>(hwy::SupportedTargets()) | HWY_STATIC_TARGET;
+#endif
   size_t n = 0;
   for (const Candidate& c : kCandidates) {
     if (c.get != nullptr && (supported & c.target) != 0 && n < max) {
