@@ -79,19 +79,19 @@ struct Range {
   uintptr_t begin, end;
 };
 
+// Empty (NULL or no elements) is {0, 0}, which overlaps nothing.
 Range RangeOf(const void* p, int64_t elements, size_t element_size) {
   const uintptr_t b = reinterpret_cast<uintptr_t>(p);
-  if (p == nullptr) return {0, 0};
+  if (p == nullptr || elements == 0) return {0, 0};
   return {b, b + static_cast<uintptr_t>(elements) * element_size};
 }
 
 // Bitwise, not short-circuit: a call checks 18 pairs, and compares without
 // branches cost a fraction of mispredicted ones on tiny calls.
-// Returns 1 or 0.
+// 1 or 0. Ranges come from RangeOf (an empty one is {0, 0}, and a non-empty
+// one never begins at 0), so two compares decide.
 unsigned Overlap(Range a, Range b) {
-  return static_cast<unsigned>(a.begin != a.end) &
-         static_cast<unsigned>(b.begin != b.end) &
-         static_cast<unsigned>(a.begin < b.end) &
+  return static_cast<unsigned>(a.begin < b.end) &
          static_cast<unsigned>(b.begin < a.end);
 }
 
@@ -127,7 +127,12 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan) {
       kv_len <= 0 || head_dim <= 0 || value_dim <= 0) {
     return QKV_ERR_INVALID_ARGUMENT;
   }
-  if (q_heads % kv_heads != 0) return QKV_ERR_INVALID_ARGUMENT;
+  // (A 64-bit division is tens of cycles, a good part of a tiny call: the
+  // common MHA and MQA shapes skip it.)
+  const int64_t group = kv_heads == q_heads ? 1
+                        : kv_heads == 1     ? q_heads
+                                            : q_heads / kv_heads;
+  if (group * kv_heads != q_heads) return QKV_ERR_INVALID_ARGUMENT;
   // An out-of-range enum value is undefined behaviour to read as the enum in
   // C++, and that is exactly what a C caller may pass: read its bytes.
   int32_t score = QKV_SCORE_DOT;
@@ -166,7 +171,7 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan) {
   p.kv_len = kv_len;
   p.head_dim = head_dim;
   p.value_dim = value_dim;
-  p.group = q_heads / kv_heads;
+  p.group = group;
   p.score = static_cast<qkv_score>(score);
   p.scale = scale;
   p.causal = (mask & QKV_MASK_CAUSAL) != 0;
@@ -266,7 +271,8 @@ __attribute__((noinline)) qkv_status ChooseEngine(Plan* plan) {
   if (plan->shared != 0 || plan->per_worker != 0) {
     const size_t room = SIZE_MAX - kWorkspaceAlign - plan->shared;
     if (plan->shared > SIZE_MAX / 2 ||
-        (plan->per_worker != 0 && plan->per_worker > room / plan->workers)) {
+        (plan->per_worker != 0 &&
+         plan->per_worker > (plan->workers == 1 ? room : room / plan->workers))) {
       return QKV_ERR_INVALID_ARGUMENT;  // the workspace is not addressable
     }
     plan->workspace = plan->shared + plan->per_worker * plan->workers +
@@ -311,8 +317,9 @@ __attribute__((noinline)) bool BuffersValid(const Problem& p,
                           RangeOf(k, kv_rows * p.head_dim, 4),
                           RangeOf(v, kv_rows * p.value_dim, 4)};
   if (workspace == nullptr && workspace_size != 0) return false;
-  const Range r_ws = {reinterpret_cast<uintptr_t>(workspace),
-                      reinterpret_cast<uintptr_t>(workspace) + workspace_size};
+  const uintptr_t ws = reinterpret_cast<uintptr_t>(workspace);
+  const Range r_ws =
+      workspace_size == 0 ? Range{0, 0} : Range{ws, ws + workspace_size};
   unsigned overlap = 0;
   for (size_t i = 0; i < 3; ++i) {
     for (size_t j = 0; j < 3; ++j) overlap |= Overlap(outputs[i], inputs[j]);

@@ -305,6 +305,19 @@ std::vector<Case> AllCases() {
       Shape("lens_zero_batch", 2, 2, 1, 5, 9, 8, 8).WithLens(Lens::kAllZero));
   cs.push_back(Shape("lens_zero_query", 2, 2, 2, 7, 33, 16, 16)
                    .WithLens(Lens::kAllZeroPerQuery));
+  // The tiny row path (at most 4 rows per kv head, kv_len <= lanes): 8 keys
+  // (AVX-512 runs these on 256-bit vectors), 9 and 16 (full vectors), with
+  // every mask, GQA and the seeds' 4 x 4 toy shape.
+  cs.push_back(Shape("tiny", 2, 4, 2, 2, 8, 2, 3)
+                   .Causal()
+                   .WithLens(Lens::kPerQuery));
+  cs.push_back(
+      Shape("tiny", 1, 2, 1, 2, 9, 5, 4).WithBias(Bias::kFull, true));
+  cs.push_back(Shape("tiny", 3, 1, 1, 4, 4, 2, 2).Causal());
+  cs.push_back(
+      Shape("tiny", 2, 2, 2, 1, 16, 7, 1).WithLens(Lens::kPerBatch));
+  cs.push_back(
+      Shape("tiny", 1, 1, 1, 3, 5, 3, 3).WithBias(Bias::kFull, false, true));
   // Bias: strides, broadcasting, -inf entries and rows, combinations.
   cs.push_back(
       Shape("bias_full", 2, 3, 3, 9, 17, 16, 16).WithBias(Bias::kFull));

@@ -80,16 +80,17 @@ size_t TileRows() { return 2 * Lanes(); }
 // exp(r) by its Taylor series to degree 7 (truncation < 6e-9 relative) and
 // the exponent n put in directly. Max error 2 ulp on [-87, 0] (the tests hold
 // the whole kernel to 2e-5 on weights; the error here is ~1e-7).
-HWY_INLINE VF ExpNonPositive(VF x) {
-  const DF df;
-  const DI di;
-  const VF lowest = hn::Set(df, -87.0f);
-  const VF xc = hn::Max(x, lowest);
+template <class V>
+HWY_INLINE V ExpNonPositive(V x) {
+  const hn::DFromV<V> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const V lowest = hn::Set(df, -87.0f);
+  const V xc = hn::Max(x, lowest);
   const auto n = hn::NearestInt(hn::Mul(xc, hn::Set(df, 1.44269504088896341f)));
-  const VF nf = hn::ConvertTo(df, n);
-  VF r = hn::MulAdd(nf, hn::Set(df, -0.693145751953125f), xc);
+  const V nf = hn::ConvertTo(df, n);
+  V r = hn::MulAdd(nf, hn::Set(df, -0.693145751953125f), xc);
   r = hn::MulAdd(nf, hn::Set(df, -1.428606765330187045e-6f), r);
-  VF poly = hn::Set(df, 1.0f / 5040.0f);
+  V poly = hn::Set(df, 1.0f / 5040.0f);
   poly = hn::MulAdd(poly, r, hn::Set(df, 1.0f / 720.0f));
   poly = hn::MulAdd(poly, r, hn::Set(df, 1.0f / 120.0f));
   poly = hn::MulAdd(poly, r, hn::Set(df, 1.0f / 24.0f));
@@ -97,19 +98,21 @@ HWY_INLINE VF ExpNonPositive(VF x) {
   poly = hn::MulAdd(poly, r, hn::Set(df, 0.5f));
   poly = hn::MulAdd(poly, r, hn::Set(df, 1.0f));
   poly = hn::MulAdd(poly, r, hn::Set(df, 1.0f));
-  const VF scale =
+  const V scale =
       hn::BitCast(df, hn::ShiftLeft<23>(hn::Add(n, hn::Set(di, 127))));
   return hn::IfThenZeroElse(hn::Lt(x, lowest), hn::Mul(poly, scale));
 }
 // tanh for additive scores. Highway 1.0.3's EMU128 target converts NaN to
 // int32 with a plain cast inside Tanh (undefined behaviour); there NaN lanes
 // go through as 0 and come out as the NaN they were.
-HWY_INLINE VF TanhOf(VF x) {
+template <class V>
+HWY_INLINE V TanhOf(V x) {
+  const hn::DFromV<V> df;
 #if HWY_TARGET == HWY_EMU128
   const auto nan = hn::Ne(x, x);
-  return hn::IfThenElse(nan, x, hn::Tanh(DF(), hn::IfThenZeroElse(nan, x)));
+  return hn::IfThenElse(nan, x, hn::Tanh(df, hn::IfThenZeroElse(nan, x)));
 #else
-  return hn::Tanh(DF(), x);
+  return hn::Tanh(df, x);
 #endif
 }
 
@@ -610,27 +613,38 @@ void RowOutput(const float* HWY_RESTRICT pr, const float* HWY_RESTRICT v,
 // softmax and output are a handful of whole-vector operations with keys in
 // lanes. Same results contract as RunRows. Tiny calls are dominated by fixed
 // costs, so this path sets up only what it uses (no Tile, no divisions).
-void RunRowsTiny(const Problem& p, const Operands& op, const TileTask& task,
-                 unsigned char* workspace) {
-  const DF df;
-  const DI di;
+// D: the target's full vector, or a shorter one (at least kv_len lanes).
+template <class D>
+void RunRowsTiny(D df, const Problem& p, const Operands& op,
+                 const TileTask& task, unsigned char* workspace) {
+  using V = hn::Vec<D>;
+  const hn::RebindToSigned<D> di;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   TinyTile tile;
-  LayoutTiny(p, static_cast<size_t>(N), workspace, &tile);
+  LayoutTiny(p, Lanes(), workspace, &tile);
   const int64_t b = task.b, kvh = task.kvh;
   const int64_t d = op.dim, dv = p.value_dim, lk = p.kv_len;
   const float* v = p.v + (b * p.kv_heads + kvh) * lk * dv;
-  const VF zero = hn::Zero(df);
-  // Lanes of keys j >= lk stay 0: they are masked below, and a 0 (never
-  // garbage) keeps every lane's arithmetic finite.
-  for (int64_t t = 0; t < d; ++t) hn::Store(zero, df, tile.kt + t * N);
-  for (int64_t c = 0; c < dv; ++c) hn::Store(zero, df, tile.vt + c * N);
-  for (int64_t j = 0; j < lk; ++j) {
-    for (int64_t t = 0; t < d; ++t) tile.kt[t * N + j] = op.k[j * d + t];
-    for (int64_t c = 0; c < dv; ++c) tile.vt[c * N + j] = v[j * dv + c];
-  }
-  const VF neg_inf = hn::Set(df, -INFINITY);
+  const V zero = hn::Zero(df);
+  // Transposes by gathers: lane j reads key j's row (indices clamped to the
+  // last key, so nothing past K or V is read), and lanes of keys j >= lk are
+  // 0: they are masked below, and a 0 (never garbage) keeps every lane's
+  // arithmetic finite.
   const auto key = hn::Iota(di, 0);
+  const auto last = hn::Set(di, static_cast<int32_t>(lk - 1));
+  const auto real = hn::RebindMask(df, hn::Lt(key, hn::Set(di, static_cast<int32_t>(lk))));
+  const auto clamped = hn::Min(key, last);
+  const auto k_idx = hn::Mul(clamped, hn::Set(di, static_cast<int32_t>(d)));
+  const auto v_idx = hn::Mul(clamped, hn::Set(di, static_cast<int32_t>(dv)));
+  for (int64_t t = 0; t < d; ++t) {
+    hn::Store(hn::IfThenElseZero(real, hn::GatherIndex(df, op.k + t, k_idx)),
+              df, tile.kt + t * N);
+  }
+  for (int64_t c = 0; c < dv; ++c) {
+    hn::Store(hn::IfThenElseZero(real, hn::GatherIndex(df, v + c, v_idx)), df,
+              tile.vt + c * N);
+  }
+  const V neg_inf = hn::Set(df, -INFINITY);
   // Flat row r is query i of head h, counted up without dividing.
   int64_t h = kvh * p.group, i = 0;
   for (int64_t r = 0; r < task.rows; ++r) {
@@ -642,15 +656,15 @@ void RunRowsTiny(const Problem& p, const Operands& op, const TileTask& task,
       ++h;
     }
     const float* q = op.q + row * d;
-    VF s = zero;
+    V s = zero;
     if (op.kind == kAdditive) {
       for (int64_t t = 0; t < d; ++t) {
-        const VF x = hn::Add(hn::Set(df, q[t]), hn::Load(df, tile.kt + t * N));
+        const V x = hn::Add(hn::Set(df, q[t]), hn::Load(df, tile.kt + t * N));
         s = hn::MulAdd(hn::Set(df, p.w_v[t]), TanhOf(x), s);
       }
     } else if (op.kind == kGaussian) {
       for (int64_t t = 0; t < d; ++t) {
-        const VF e = hn::Sub(hn::Set(df, q[t]), hn::Load(df, tile.kt + t * N));
+        const V e = hn::Sub(hn::Set(df, q[t]), hn::Load(df, tile.kt + t * N));
         s = hn::MulAdd(e, e, s);
       }
       s = hn::Mul(s, hn::Set(df, op.finish));
@@ -664,7 +678,7 @@ void RunRowsTiny(const Problem& p, const Operands& op, const TileTask& task,
     if (bias_row != nullptr) {
       hn::Store(zero, df, tile.tail);
       for (int64_t j = 0; j < lk; ++j) tile.tail[j] = bias_row[j];
-      const VF bias = hn::Load(df, tile.tail);
+      const V bias = hn::Load(df, tile.tail);
       s = hn::IfThenElse(hn::Eq(bias, neg_inf), neg_inf, hn::Add(s, bias));
     }
     const auto visible = hn::RebindMask(
@@ -673,7 +687,7 @@ void RunRowsTiny(const Problem& p, const Operands& op, const TileTask& task,
     const float m = hn::GetLane(hn::MaxOfLanes(df, s));
     float* out = p.out + row * dv;
     float* w = p.weights != nullptr ? p.weights + row * lk : nullptr;
-    const VF e = ExpNonPositive(hn::Sub(s, hn::Set(df, m)));
+    const V e = ExpNonPositive(hn::Sub(s, hn::Set(df, m)));
     const float l = hn::GetLane(hn::SumOfLanes(df, e));
     // No visible key: the max is -inf, or on targets whose max of an all -inf
     // vector is -FLT_MAX (EMU128) every term is exp(-inf) = 0.
@@ -688,7 +702,7 @@ void RunRowsTiny(const Problem& p, const Operands& op, const TileTask& task,
     const float inv_l = 1.0f / l;
     const auto read = hn::Gt(e, zero);  // hidden keys' values are not read
     for (int64_t c = 0; c < dv; ++c) {
-      const VF terms =
+      const V terms =
           hn::IfThenElseZero(read, hn::Mul(e, hn::Load(df, tile.vt + c * N)));
       out[c] = hn::GetLane(hn::SumOfLanes(df, terms)) * inv_l;
     }
@@ -795,7 +809,15 @@ void RunTask(const Problem& p, size_t task, const unsigned char* shared,
   const TileTask t = SplitTaskAt(p, task, TileRows());
   const Operands op = OperandsFor(p, shared, t.b, t.kvh);
   if (UsesTinyPath(p, Lanes())) {
-    RunRowsTiny(p, op, t, workspace);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    // Up to 8 keys: 256-bit vectors. Their reductions and gathers are half
+    // the work of 512-bit ones, and nothing else here is wide.
+    if (p.kv_len <= 8) {
+      RunRowsTiny(hn::CappedTag<float, 8>(), p, op, t, workspace);
+      return;
+    }
+#endif
+    RunRowsTiny(DF(), p, op, t, workspace);
     return;
   }
   Tile tile;
