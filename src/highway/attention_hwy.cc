@@ -116,6 +116,62 @@ HWY_INLINE V TanhOf(V x) {
 #endif
 }
 
+// In-register transpose of a square block of N x N floats (v[i] row i in,
+// column i out) where shuffles beat gathers: 16 x 16 on AVX-512 (64
+// shuffles against 16 gathers of 16 lanes) and 8 x 8 on AVX2. Per 128-bit
+// block, rows are first transposed 4 x 4 (unpack, then shuffle); the blocks
+// are then transposed across vectors. Elsewhere kHaveTranspose is false and
+// the tiles use gathers.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr bool kHaveTranspose = true;
+HWY_INLINE void TransposeSquare(VF* v) {
+  __m512 a[16], b[16];
+  for (int i = 0; i < 16; i += 2) {
+    a[i] = _mm512_unpacklo_ps(v[i].raw, v[i + 1].raw);
+    a[i + 1] = _mm512_unpackhi_ps(v[i].raw, v[i + 1].raw);
+  }
+  // b[4g + m], block k: column 4k + m of rows 4g..4g+3.
+  for (int g = 0; g < 16; g += 4) {
+    b[g] = _mm512_shuffle_ps(a[g], a[g + 2], 0x44);
+    b[g + 1] = _mm512_shuffle_ps(a[g], a[g + 2], 0xEE);
+    b[g + 2] = _mm512_shuffle_ps(a[g + 1], a[g + 3], 0x44);
+    b[g + 3] = _mm512_shuffle_ps(a[g + 1], a[g + 3], 0xEE);
+  }
+  for (int m = 0; m < 4; ++m) {
+    const __m512 c0 = _mm512_shuffle_f32x4(b[m], b[4 + m], 0x44);
+    const __m512 c1 = _mm512_shuffle_f32x4(b[m], b[4 + m], 0xEE);
+    const __m512 c2 = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0x44);
+    const __m512 c3 = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0xEE);
+    v[m].raw = _mm512_shuffle_f32x4(c0, c2, 0x88);
+    v[4 + m].raw = _mm512_shuffle_f32x4(c0, c2, 0xDD);
+    v[8 + m].raw = _mm512_shuffle_f32x4(c1, c3, 0x88);
+    v[12 + m].raw = _mm512_shuffle_f32x4(c1, c3, 0xDD);
+  }
+}
+#elif HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
+constexpr bool kHaveTranspose = true;
+HWY_INLINE void TransposeSquare(VF* v) {
+  __m256 a[8], b[8];
+  for (int i = 0; i < 8; i += 2) {
+    a[i] = _mm256_unpacklo_ps(v[i].raw, v[i + 1].raw);
+    a[i + 1] = _mm256_unpackhi_ps(v[i].raw, v[i + 1].raw);
+  }
+  for (int g = 0; g < 8; g += 4) {
+    b[g] = _mm256_shuffle_ps(a[g], a[g + 2], 0x44);
+    b[g + 1] = _mm256_shuffle_ps(a[g], a[g + 2], 0xEE);
+    b[g + 2] = _mm256_shuffle_ps(a[g + 1], a[g + 3], 0x44);
+    b[g + 3] = _mm256_shuffle_ps(a[g + 1], a[g + 3], 0xEE);
+  }
+  for (int m = 0; m < 4; ++m) {
+    v[m].raw = _mm256_permute2f128_ps(b[m], b[4 + m], 0x20);
+    v[4 + m].raw = _mm256_permute2f128_ps(b[m], b[4 + m], 0x31);
+  }
+}
+#else
+constexpr bool kHaveTranspose = false;
+HWY_INLINE void TransposeSquare(VF*) {}
+#endif
+
 // Register tiles: kUnroll keys (scores) or value columns (output) times RV
 // row vectors. Targets with 32 vector registers (AVX-512, NEON, SVE) keep 16
 // accumulators in flight, enough to hide FMA latency on two FMA ports; the
@@ -341,7 +397,22 @@ void RunTile(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
     const float* q = op.q + ((b * p.q_heads + kvh * p.group) * p.q_len + r0) * d;
     const auto idx = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(d)));
     const VF scale = hn::Set(df, op.q_scale);
-    for (int64_t t = 0; t < d; ++t) {
+    int64_t t = 0;
+    if (kHaveTranspose) {  // whole N x N blocks of (rows, t)
+      VF blk[16];
+      for (; t + static_cast<int64_t>(N) <= d; t += N) {
+        for (size_t h = 0; h < static_cast<size_t>(RV); ++h) {
+          for (size_t i = 0; i < N; ++i) {
+            blk[i] = hn::LoadU(df, q + (h * N + i) * d + t);
+          }
+          TransposeSquare(blk);
+          for (size_t i = 0; i < N; ++i) {
+            hn::Store(hn::Mul(blk[i], scale), df, tile.qt + (t + i) * R + h * N);
+          }
+        }
+      }
+    }
+    for (; t < d; ++t) {
       hn::Store(hn::Mul(hn::GatherIndex(df, q + t, idx), scale), df,
                 tile.qt + t * R);
       if (RV > 1) {
@@ -423,17 +494,40 @@ void RunTile(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
     hn::Store(l1, df, tile.sum + N);
   }
   for (int64_t r = 0; r < rows; ++r) {
+    tile.inv_l[r] = tile.sum[r] > 0.0f ? 1.0f / tile.sum[r] : 0.0f;
+  }
+  // out[r][c] = ot[c][r] / l. Whole N x N blocks of (columns, rows) by
+  // in-register transposes where there are some, the rest by gathers.
+  int64_t c_done = 0;
+  if (kHaveTranspose) {
+    VF blk[16];
+    for (; c_done + static_cast<int64_t>(N) <= dv; c_done += N) {
+      for (size_t h = 0; h < static_cast<size_t>(RV); ++h) {
+        if (static_cast<int64_t>(h * N) >= rows) break;
+        for (size_t i = 0; i < N; ++i) {
+          blk[i] = hn::Load(df, tile.ot + (c_done + i) * R + h * N);
+        }
+        TransposeSquare(blk);
+        for (size_t i = 0; i < N; ++i) {
+          const int64_t r = static_cast<int64_t>(h * N + i);
+          if (r >= rows) break;
+          hn::StoreU(hn::Mul(blk[i], hn::Set(df, tile.inv_l[r])), df,
+                     p.out + tile.row[r] * dv + c_done);
+        }
+      }
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
     const float l = tile.sum[r];
     const bool seen = l > 0.0f;
-    const float inv_l = seen ? 1.0f / l : 0.0f;
+    const float inv_l = tile.inv_l[r];
     float* out = p.out + tile.row[r] * dv;
-    // out[r][c] = ot[c][r] / l: gather a vector of columns at a time.
     const auto col_idx =
         hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(R)));
     const VF v_inv_l = hn::Set(df, inv_l);
-    int64_t c = 0;
+    int64_t c = c_done;
     if (!seen) {
-      for (; c < dv; ++c) out[c] = 0.0f;
+      for (c = 0; c < dv; ++c) out[c] = 0.0f;
     }
     for (; c + static_cast<int64_t>(N) <= dv; c += N) {
       hn::StoreU(
