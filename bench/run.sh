@@ -33,10 +33,22 @@ fi
 PY=/usr/bin/python3
 [[ -x "$PY" ]] || PY=python3
 
-# Debian's OpenBLAS does not recognize Sapphire Rapids and falls back to a
-# kernel at a fifth of the speed; SkylakeX is the right AVX-512 kernel set.
+# Debian's OpenBLAS (0.3.21) does not recognize Sapphire Rapids or Zen 4/5
+# and falls back to slower kernels (Prescott: a fifth of the speed); SkylakeX
+# is its AVX-512 kernel set, the strongest baseline on an AVX-512 CPU. An
+# OPENBLAS_CORETYPE inherited from the environment (some machines set
+# Haswell for other programs' sake) is overridden here, for this benchmark
+# alone: on the Zen 5 VM Haswell made its sgemm 1.6x slower. The OpenBLAS
+# output is every qkv row's reference (the max err column), so a kernel set
+# that computed wrong results would show there. QKV_OPENBLAS_CORETYPE picks
+# another.
 if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
-  export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
+  if [[ -n "${OPENBLAS_CORETYPE:-}" && "${OPENBLAS_CORETYPE}" != "${QKV_OPENBLAS_CORETYPE:-SkylakeX}" ]]; then
+    echo "note: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE from the environment replaced by ${QKV_OPENBLAS_CORETYPE:-SkylakeX} for the baseline"
+  fi
+  export OPENBLAS_CORETYPE=${QKV_OPENBLAS_CORETYPE:-SkylakeX}
+elif [[ -n "${QKV_OPENBLAS_CORETYPE:-}" ]]; then
+  export OPENBLAS_CORETYPE=$QKV_OPENBLAS_CORETYPE
 fi
 export OPENBLAS_NUM_THREADS=1  # the 2-worker baseline splits heads itself
 
