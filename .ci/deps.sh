@@ -3,7 +3,8 @@
 # through sudo). Usage: .ci/deps.sh [extra packages...]
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libhwy-dev libgtest-dev libgmock-dev
-      libbenchmark-dev libopenblas-dev python3 python3-numpy python3-matplotlib "$@")
+      libbenchmark-dev libopenblas-dev libxsimd-dev python3 python3-numpy
+      python3-matplotlib "$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -503,10 +503,18 @@ void RegisterAll() {
       switch (s.kind) {
         case Kind::kMain:
           break;
-        case Kind::kScoreKind:
-          // The default (best) backend and the reference.
-          if (b != 0 && !reference) continue;
+        case Kind::kScoreKind: {
+          // Each engine's best backend (the default for additive scores is
+          // xsimd's, see src/dispatch.cc) and the reference.
+          const std::string engine = be.substr(0, be.find(':'));
+          bool first_of_engine = true;
+          for (size_t e = 0; e < b; ++e) {
+            first_of_engine = first_of_engine &&
+                              backends[e].substr(0, backends[e].find(':')) != engine;
+          }
+          if (!first_of_engine && !reference) continue;
           break;
+        }
         case Kind::kKvSweep:
         case Kind::kDimSweep:
           if (scalar && s.Flops() > kReferenceMaxFlops) continue;
