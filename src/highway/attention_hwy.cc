@@ -121,9 +121,11 @@ HWY_INLINE V TanhOf(V x) {
 // shuffles against 16 gathers of 16 lanes) and 8 x 8 on AVX2. Per 128-bit
 // block, rows are first transposed 4 x 4 (unpack, then shuffle); the blocks
 // are then transposed across vectors. Elsewhere kHaveTranspose is false and
-// the tiles use gathers.
+// the tiles use gathers (and no array of vectors is ever declared: SVE
+// vectors are sizeless and cannot be array elements).
+#undef QKV_HWY_TRANSPOSE
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-constexpr bool kHaveTranspose = true;
+#define QKV_HWY_TRANSPOSE 1
 HWY_INLINE void TransposeSquare(VF* v) {
   __m512 a[16], b[16];
   for (int i = 0; i < 16; i += 2) {
@@ -149,7 +151,7 @@ HWY_INLINE void TransposeSquare(VF* v) {
   }
 }
 #elif HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
-constexpr bool kHaveTranspose = true;
+#define QKV_HWY_TRANSPOSE 1
 HWY_INLINE void TransposeSquare(VF* v) {
   __m256 a[8], b[8];
   for (int i = 0; i < 8; i += 2) {
@@ -168,8 +170,7 @@ HWY_INLINE void TransposeSquare(VF* v) {
   }
 }
 #else
-constexpr bool kHaveTranspose = false;
-HWY_INLINE void TransposeSquare(VF*) {}
+#define QKV_HWY_TRANSPOSE 0
 #endif
 
 // Register tiles: kUnroll keys (scores) or value columns (output) times RV
@@ -398,7 +399,8 @@ void RunTile(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
     const auto idx = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(d)));
     const VF scale = hn::Set(df, op.q_scale);
     int64_t t = 0;
-    if (kHaveTranspose) {  // whole N x N blocks of (rows, t)
+#if QKV_HWY_TRANSPOSE
+    {  // whole N x N blocks of (rows, t)
       VF blk[16];
       for (; t + static_cast<int64_t>(N) <= d; t += N) {
         for (size_t h = 0; h < static_cast<size_t>(RV); ++h) {
@@ -412,6 +414,7 @@ void RunTile(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
         }
       }
     }
+#endif
     for (; t < d; ++t) {
       hn::Store(hn::Mul(hn::GatherIndex(df, q + t, idx), scale), df,
                 tile.qt + t * R);
@@ -499,7 +502,8 @@ void RunTile(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
   // out[r][c] = ot[c][r] / l. Whole N x N blocks of (columns, rows) by
   // in-register transposes where there are some, the rest by gathers.
   int64_t c_done = 0;
-  if (kHaveTranspose) {
+#if QKV_HWY_TRANSPOSE
+  {
     VF blk[16];
     for (; c_done + static_cast<int64_t>(N) <= dv; c_done += N) {
       for (size_t h = 0; h < static_cast<size_t>(RV); ++h) {
@@ -517,6 +521,7 @@ void RunTile(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
       }
     }
   }
+#endif
   for (int64_t r = 0; r < rows; ++r) {
     const float l = tile.sum[r];
     const bool seen = l > 0.0f;
