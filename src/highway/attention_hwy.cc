@@ -908,13 +908,20 @@ void RunTask(const Problem& p, size_t task, const unsigned char* shared,
   const TileTask t = SplitTaskAt(p, task, TileRows());
   const Operands op = OperandsFor(p, shared, t.b, t.kvh);
   if (UsesTinyPath(p, Lanes())) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-    // Up to 8 keys: 256-bit vectors. Their reductions and gathers are half
-    // the work of 512-bit ones, and nothing else here is wide.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+    // Few keys: shorter vectors (128-bit for up to 4, 256-bit for up to 8
+    // on AVX-512). Their reductions and gathers are less work than full
+    // width ones, and nothing else here is wide.
+    if (p.kv_len <= 4) {
+      RunRowsTiny(hn::CappedTag<float, 4>(), p, op, t, workspace);
+      return;
+    }
+#if HWY_TARGET <= HWY_AVX3
     if (p.kv_len <= 8) {
       RunRowsTiny(hn::CappedTag<float, 8>(), p, op, t, workspace);
       return;
     }
+#endif
 #endif
     RunRowsTiny(DF(), p, op, t, workspace);
     return;
