@@ -318,6 +318,14 @@ std::vector<Case> AllCases() {
       Shape("tiny", 2, 2, 2, 1, 16, 7, 1).WithLens(Lens::kPerBatch));
   cs.push_back(
       Shape("tiny", 1, 1, 1, 3, 5, 3, 3).WithBias(Bias::kFull, false, true));
+  // Long keys: K and V of a head over 1 MiB (past L2), many key blocks,
+  // several tiles and a partial last one, with causal, per-query lengths and
+  // bias.
+  cs.push_back(Shape("long_kv", 1, 2, 1, 70, 1100, 128, 128)
+                   .Causal()
+                   .WithLens(Lens::kPerQuery));
+  cs.push_back(
+      Shape("long_kv", 2, 1, 1, 33, 1030, 64, 200).WithBias(Bias::kFull, true));
   // Bias: strides, broadcasting, -inf entries and rows, combinations.
   cs.push_back(
       Shape("bias_full", 2, 3, 3, 9, 17, 16, 16).WithBias(Bias::kFull));

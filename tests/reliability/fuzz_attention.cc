@@ -694,8 +694,10 @@ void RunOne(const uint8_t* data, size_t size) {
     const uint8_t b = in.U8();
     size_t workers = b % 9;
     if (b >= 0xF0) {
-      const size_t bad[] = {SIZE_MAX,        size_t{1} << 40, 1000, 4096,
-                            size_t{1} << 20, SIZE_MAX / 2,    65,   0};
+      // (SIZE_MAX >> 8 is 2^56 - 1 on 64-bit and 2^24 - 1 on 32-bit targets,
+      // where a shift by 40 would not compile.)
+      const size_t bad[] = {SIZE_MAX,        SIZE_MAX >> 8, 1000, 4096,
+                            size_t{1} << 20, SIZE_MAX / 2,  65,   0};
       workers = bad[(b - 0xF0) % 8];
     }
     if (pool_mode != 0) {
