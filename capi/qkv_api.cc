@@ -86,10 +86,10 @@ Range RangeOf(const void* p, int64_t elements, size_t element_size) {
   return {b, b + static_cast<uintptr_t>(elements) * element_size};
 }
 
-// Bitwise, not short-circuit: a call checks 18 pairs, and compares without
-// branches cost a fraction of mispredicted ones on tiny calls.
-// 1 or 0. Ranges come from RangeOf (an empty one is {0, 0}, and a non-empty
-// one never begins at 0), so two compares decide.
+// 1 or 0, bitwise rather than short-circuit (compares without branches
+// cost less than mispredicted ones on tiny calls). Ranges come from RangeOf
+// (an empty one is {0, 0}, and a non-empty one never begins at 0), so two
+// compares decide.
 unsigned Overlap(Range a, Range b) {
   return static_cast<unsigned>(a.begin < b.end) &
          static_cast<unsigned>(b.begin < a.end);
