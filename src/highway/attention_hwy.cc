@@ -251,9 +251,10 @@ template <int RV, int kKind>
 HWY_INLINE void Scores(const float* HWY_RESTRICT qt, size_t R,
                        const float* HWY_RESTRICT k, int64_t d, int64_t nb,
                        float finish_scale, const float* HWY_RESTRICT w_v,
-                       float* HWY_RESTRICT st) {
+                       float* HWY_RESTRICT st, PrefetchStream* pf) {
   int64_t j = 0;
   for (; j + kUnroll <= nb; j += kUnroll) {
+    pf->Step();
     ScoreKeys<RV, kUnroll, kKind>(qt, R, k + j * d, d, finish_scale, w_v,
                                   st + j * R);
   }
@@ -320,9 +321,10 @@ template <int RV, bool kGuard>
 HWY_INLINE void AccumulateOutput(const float* HWY_RESTRICT pt, size_t R,
                                  const float* HWY_RESTRICT v, int64_t dv,
                                  int64_t nb, VF alpha0, VF alpha1,
-                                 float* HWY_RESTRICT ot) {
+                                 float* HWY_RESTRICT ot, PrefetchStream* pf) {
   int64_t c = 0;
   for (; c + kUnroll <= dv; c += kUnroll) {
+    pf->Step();
     OutputColumns<RV, kUnroll, kGuard>(pt, R, v + c, dv, nb, alpha0, alpha1,
                                        ot + c * R);
   }
@@ -438,20 +440,27 @@ void RunTile(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
   VF l0 = hn::Zero(df), l1 = hn::Zero(df);
   const auto limit0 = hn::Load(di, tile.limit);
   const auto limit1 = RV > 1 ? hn::Load(di, tile.limit + N) : limit0;
+  const bool prefetch = PrefetchesKv(p);
 
   for (int64_t j0 = 0; j0 < max_limit; j0 += kBlockKeys) {
     const int64_t nb = j0 + kBlockKeys < max_limit ? kBlockKeys : max_limit - j0;
     float* st = tile.st;
+    const int64_t next = j0 + nb;
+    const int64_t nb_next =
+        next + kBlockKeys < max_limit ? kBlockKeys : max_limit - next;
+    PrefetchStream pf_v(prefetch, v + j0 * dv, nb * dv, nb / kUnroll);
+    PrefetchStream pf_k(prefetch, k + next * d, nb_next * d, dv / kUnroll);
     if (op.kind == kAdditive) {
-      Scores<RV, kAdditive>(tile.qt, R, k + j0 * d, d, nb, 1.0f, p.w_v, st);
+      Scores<RV, kAdditive>(tile.qt, R, k + j0 * d, d, nb, 1.0f, p.w_v, st,
+                            &pf_v);
     } else if (op.kind == kGaussian) {
       Scores<RV, kGaussian>(tile.qt, R, k + j0 * d, d, nb, op.finish, p.w_v,
-                            st);
+                            st, &pf_v);
     } else if (op.kind == kDotScaled) {
       Scores<RV, kDotScaled>(tile.qt, R, k + j0 * d, d, nb, op.finish, p.w_v,
-                             st);
+                             st, &pf_v);
     } else {
-      Scores<RV, kDot>(tile.qt, R, k + j0 * d, d, nb, 1.0f, p.w_v, st);
+      Scores<RV, kDot>(tile.qt, R, k + j0 * d, d, nb, 1.0f, p.w_v, st, &pf_v);
     }
     if (p.bias != nullptr) {
       for (int64_t r = 0; r < rows; ++r) AddBias(tile.bias[r], j0, nb, R, st + r);
@@ -482,10 +491,10 @@ void RunTile(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
     if (RV > 1) alpha1 = SoftmaxBlock(st + N, R, nb, &m1, &l1);
     if (hides || p.bias != nullptr) {
       AccumulateOutput<RV, true>(st, R, v + j0 * dv, dv, nb, alpha0, alpha1,
-                                 tile.ot);
+                                 tile.ot, &pf_k);
     } else {
       AccumulateOutput<RV, false>(st, R, v + j0 * dv, dv, nb, alpha0, alpha1,
-                                  tile.ot);
+                                  tile.ot, &pf_k);
     }
   }
 

@@ -169,9 +169,10 @@ struct Attention {
   static void Scores(const float* __restrict qt, size_t R,
                      const float* __restrict k, int64_t d, int64_t nb,
                      float finish_scale, const float* __restrict w_v,
-                     float* __restrict st) {
+                     float* __restrict st, PrefetchStream* pf) {
     int64_t j = 0;
     for (; j + kUnroll <= nb; j += kUnroll) {
+      pf->Step();
       ScoreKeys<RV, kUnroll, kKind>(qt, R, k + j * d, d, finish_scale, w_v,
                                     st + j * R);
     }
@@ -235,9 +236,10 @@ struct Attention {
   static void AccumulateOutput(const float* __restrict pt, size_t R,
                                const float* __restrict v, int64_t dv,
                                int64_t nb, VF alpha0, VF alpha1,
-                               float* __restrict ot) {
+                               float* __restrict ot, PrefetchStream* pf) {
     int64_t c = 0;
     for (; c + kUnroll <= dv; c += kUnroll) {
+      pf->Step();
       OutputColumns<RV, kUnroll, kGuard>(pt, R, v + c, dv, nb, alpha0, alpha1,
                                          ot + c * R);
     }
@@ -332,21 +334,29 @@ struct Attention {
     VF l0 = Zero(), l1 = Zero();
     const VI limit0 = VI::load_aligned(tile.limit);
     const VI limit1 = RV > 1 ? VI::load_aligned(tile.limit + N) : limit0;
+    const bool prefetch = PrefetchesKv(p);
 
     for (int64_t j0 = 0; j0 < max_limit; j0 += kBlockKeys) {
       const int64_t nb =
           j0 + kBlockKeys < max_limit ? kBlockKeys : max_limit - j0;
       float* st = tile.st;
+      const int64_t next = j0 + nb;
+      const int64_t nb_next =
+          next + kBlockKeys < max_limit ? kBlockKeys : max_limit - next;
+      PrefetchStream pf_v(prefetch, v + j0 * dv, nb * dv, nb / kUnroll);
+      PrefetchStream pf_k(prefetch, k + next * d, nb_next * d, dv / kUnroll);
       if (op.kind == kAdditive) {
-        Scores<RV, kAdditive>(tile.qt, R, k + j0 * d, d, nb, 1.0f, p.w_v, st);
+        Scores<RV, kAdditive>(tile.qt, R, k + j0 * d, d, nb, 1.0f, p.w_v, st,
+                              &pf_v);
       } else if (op.kind == kGaussian) {
         Scores<RV, kGaussian>(tile.qt, R, k + j0 * d, d, nb, op.finish,
-                              p.w_v, st);
+                              p.w_v, st, &pf_v);
       } else if (op.kind == kDotScaled) {
         Scores<RV, kDotScaled>(tile.qt, R, k + j0 * d, d, nb, op.finish,
-                               p.w_v, st);
+                               p.w_v, st, &pf_v);
       } else {
-        Scores<RV, kDot>(tile.qt, R, k + j0 * d, d, nb, 1.0f, p.w_v, st);
+        Scores<RV, kDot>(tile.qt, R, k + j0 * d, d, nb, 1.0f, p.w_v, st,
+                         &pf_v);
       }
       if (p.bias != nullptr) {
         for (int64_t r = 0; r < rows; ++r) {
@@ -381,10 +391,10 @@ struct Attention {
       if (RV > 1) alpha1 = SoftmaxBlock(st + N, R, nb, &m1, &l1);
       if (hides || p.bias != nullptr) {
         AccumulateOutput<RV, true>(st, R, v + j0 * dv, dv, nb, alpha0, alpha1,
-                                   tile.ot);
+                                   tile.ot, &pf_k);
       } else {
         AccumulateOutput<RV, false>(st, R, v + j0 * dv, dv, nb, alpha0,
-                                    alpha1, tile.ot);
+                                    alpha1, tile.ot, &pf_k);
       }
     }
 
