@@ -326,13 +326,15 @@ std::vector<Case> AllCases() {
                    .WithLens(Lens::kPerQuery));
   cs.push_back(
       Shape("long_kv", 2, 1, 1, 33, 1030, 64, 200).WithBias(Bias::kFull, true));
-  // K and V of the call at 8 MiB and more: the tiles prefetch them in
-  // software (src/tiling.h, PrefetchesKv). Narrow heads keep the oracle
-  // cheap; value_dim differs from head_dim, one case masks.
+  // K and V of the call at 8 MiB and more: the tiles and the row path
+  // prefetch them in software (src/tiling.h, PrefetchesKv). Narrow heads
+  // keep the oracle cheap; value_dim differs from head_dim; masks.
   cs.push_back(Shape("streamed_kv", 1, 1, 1, 5, 131072, 8, 12));
   cs.push_back(Shape("streamed_kv", 1, 2, 1, 3, 65536, 16, 16)
                    .Causal()
                    .WithLens(Lens::kPerQuery));
+  cs.push_back(Shape("streamed_kv", 2, 2, 1, 1, 131072, 8, 12)
+                   .WithLens(Lens::kPerBatch));  // row path, key splits
   // Bias: strides, broadcasting, -inf entries and rows, combinations.
   cs.push_back(
       Shape("bias_full", 2, 3, 3, 9, 17, 16, 16).WithBias(Bias::kFull));

@@ -478,7 +478,8 @@ struct Attention {
   __attribute__((noinline)) static void RowScores(
       const float* __restrict q, const float* __restrict k, int64_t d,
       int64_t nb, float finish, const float* __restrict w_v,
-      float* __restrict st) {
+      float* __restrict st, PrefetchStream* pf0 = nullptr,
+      PrefetchStream* pf1 = nullptr) {
     const int64_t lanes = static_cast<int64_t>(N);
     const int64_t d_full = d - d % lanes;
     auto weight = [&](int64_t t) {
@@ -490,6 +491,10 @@ struct Attention {
       return;
     }
     for (; j + 4 <= nb; j += 4) {
+      if (pf0 != nullptr) {
+        pf0->Step();
+        pf1->Step();
+      }
       const float* k0 = k + j * d;
       const float* k1 = k0 + d;
       const float* k2 = k1 + d;
@@ -615,7 +620,15 @@ struct Attention {
     const float* k = op.k;
     const float* v = p.v + (b * p.kv_heads + kvh) * lk * dv;
     float* st = tile.s_row;
+    const bool prefetch = PrefetchesKv(p);
     for (int64_t j0 = task.key_begin; j0 < stop; j0 += kBlockKeys) {
+      // The first row's scores prefetch this block's V and the next K.
+      const int64_t nb_all = j0 + kBlockKeys < stop ? kBlockKeys : stop - j0;
+      const int64_t next = j0 + nb_all;
+      const int64_t nb_next =
+          next + kBlockKeys < stop ? kBlockKeys : stop - next;
+      PrefetchStream pf_v(prefetch, v + j0 * dv, nb_all * dv, nb_all / 4);
+      PrefetchStream pf_k(prefetch, k + next * d, nb_next * d, nb_all / 4);
       for (int64_t r = 0; r < rows; ++r) {
         // Masks hide a suffix: the row simply stops at its limit.
         int64_t end = j0 + kBlockKeys < tile.limit[r] ? j0 + kBlockKeys
@@ -625,12 +638,15 @@ struct Attention {
         if (nb <= 0) continue;
         const float* qr = tile.q_rows + r * d;
         if (op.kind == kAdditive) {
-          RowScores<kAdditive>(qr, k + j0 * d, d, nb, 1.0f, p.w_v, st);
+          RowScores<kAdditive>(qr, k + j0 * d, d, nb, 1.0f, p.w_v, st,
+                               r == 0 ? &pf_v : nullptr, &pf_k);
         } else if (op.kind == kGaussian) {
-          RowScores<kGaussian>(qr, k + j0 * d, d, nb, op.finish, p.w_v, st);
+          RowScores<kGaussian>(qr, k + j0 * d, d, nb, op.finish, p.w_v, st,
+                               r == 0 ? &pf_v : nullptr, &pf_k);
         } else {
           // op.finish: 1 when the scale is folded into the queries.
-          RowScores<kDot>(qr, k + j0 * d, d, nb, op.finish, p.w_v, st);
+          RowScores<kDot>(qr, k + j0 * d, d, nb, op.finish, p.w_v, st,
+                          r == 0 ? &pf_v : nullptr, &pf_k);
         }
         if (tile.bias[r] != nullptr) AddBias(tile.bias[r], j0, nb, 1, st);
         if (p.weights != nullptr) {
