@@ -22,7 +22,7 @@
 // (decoding) takes the row path instead, keys in lanes, its keys split into
 // tasks of kSplitKeys (flash-decoding) merged in split order (tiling.h).
 //
-// exp is ExpNonPositive below (max error 2 ulp on [-87, 0], 0 below -87);
+// exp is ExpNonPositive below (max error 1.03 ulp on [-87, 0], 0 below -87);
 // tanh (additive scores) is xsimd::tanh (from Boost.SIMD: a polynomial for
 // |x| < 5/8, 1 - 2 / (1 + exp(2|x|)) beyond), where Highway uses its own
 // hn::Tanh; both stay far inside the weights bound (tests/cross_engine_test).
@@ -83,27 +83,32 @@ struct Attention {
   // below FLT_MIN (x < -87) are flushed to 0: those terms are under 1e-38 of
   // the row's largest weight, far below the accuracy bound, and flushing
   // keeps every intermediate normal (x86 takes a microcode assist on
-  // subnormals). Method: x = n ln2 + r with n = round(x / ln2) in [-126, 0]
-  // and |r| <= ln2/2 (ln2 split in two parts so r is exact to ~1e-10), then
-  // exp(r) by its Taylor series to degree 7 (truncation < 6e-9 relative) and
-  // the exponent n put in directly. Max error 2 ulp on [-87, 0]. Same
-  // constants and operation order as the Highway engine's.
+  // subnormals). Method: x = n ln2 + r with n = round(x / ln2) in [-126, 0],
+  // rounded by adding 1.5 * 2^23 (n lands in the low mantissa bits, which
+  // also give the exponent of 2^n), |r| <= ln2/2 with ln2 in two parts (r
+  // exact to ~1e-10), then exp(r) by a degree-6 polynomial fitted for least
+  // maximum relative error on [-ln2/2, ln2/2] (2e-9). Max error 1.03 ulp on
+  // [-87, 0] with FMA. Same constants and operation order as the Highway
+  // engine's.
   static VF ExpNonPositive(const VF& x) {
     const VF lowest(-87.0f);
+    const VF round(12582912.0f);  // 1.5 * 2^23
     const VF xc = xsimd::max(x, lowest);
-    const VI n = xsimd::nearbyint_as_int(xc * VF(1.44269504088896341f));
-    const VF nf = xsimd::to_float(n);
+    const VF t = MulAdd(xc, VF(1.44269504088896341f), round);
+    const VF nf = t - round;
     VF r = MulAdd(nf, VF(-0.693145751953125f), xc);
     r = MulAdd(nf, VF(-1.428606765330187045e-6f), r);
-    VF poly(1.0f / 5040.0f);
-    poly = MulAdd(poly, r, VF(1.0f / 720.0f));
-    poly = MulAdd(poly, r, VF(1.0f / 120.0f));
-    poly = MulAdd(poly, r, VF(1.0f / 24.0f));
-    poly = MulAdd(poly, r, VF(1.0f / 6.0f));
-    poly = MulAdd(poly, r, VF(0.5f));
+    VF poly(0.0013843622291460633f);
+    poly = MulAdd(poly, r, VF(0.0083741797134280205f));
+    poly = MulAdd(poly, r, VF(0.041668005287647247f));
+    poly = MulAdd(poly, r, VF(0.16666430234909058f));
+    poly = MulAdd(poly, r, VF(0.49999994039535522f));
     poly = MulAdd(poly, r, VF(1.0f));
     poly = MulAdd(poly, r, VF(1.0f));
-    const VF scale = xsimd::bitwise_cast<VF>((n + VI(127)) << 23);
+    // The low bits of t hold n (two's complement); shifted to the exponent
+    // field they give n, and the bias makes 2^n.
+    const VF scale = xsimd::bitwise_cast<VF>(
+        (xsimd::bitwise_cast<VI>(t) << 23) + VI(127 << 23));
     return xsimd::select(x < lowest, Zero(), poly * scale);
   }
 
@@ -249,30 +254,76 @@ struct Attention {
     }
   }
 
-  // Online softmax over one block of nb scores per lane: updates the running
-  // max m and sum l, turns st into probabilities relative to the new max and
-  // returns the factor exp(m_old - m_new) by which earlier sums scale.
-  static VF SoftmaxBlock(float* __restrict st, size_t R, int64_t nb, VF* m,
-                         VF* l) {
+  // Online softmax over one block of nb scores per lane, for the RV row
+  // vectors of a tile: updates each running max m and sum l, turns st into
+  // probabilities relative to the new max and sets alpha to the factor
+  // exp(m_old - m_new) by which earlier sums and outputs scale. The row
+  // vectors are done together and the max and sum run in two chains each
+  // (one dependent chain per vector made this step latency-bound).
+  template <int RV>
+  static void SoftmaxBlock(float* __restrict st, size_t R, int64_t nb,
+                           VF* m0, VF* l0, VF* alpha0, VF* m1, VF* l1,
+                           VF* alpha1) {
     const VF neg_inf(-INFINITY);
-    VF block_max = neg_inf;
-    for (int64_t j = 0; j < nb; ++j) {
-      block_max = xsimd::max(block_max, Load(st + j * R));
+    VF max0a = neg_inf, max0b = neg_inf, max1a = neg_inf, max1b = neg_inf;
+    int64_t j = 0;
+    for (; j + 2 <= nb; j += 2) {
+      max0a = xsimd::max(max0a, Load(st + j * R));
+      max0b = xsimd::max(max0b, Load(st + (j + 1) * R));
+      if (RV > 1) {
+        max1a = xsimd::max(max1a, Load(st + j * R + N));
+        max1b = xsimd::max(max1b, Load(st + (j + 1) * R + N));
+      }
     }
-    const VF m_new = xsimd::max(*m, block_max);
+    if (j < nb) {
+      max0a = xsimd::max(max0a, Load(st + j * R));
+      if (RV > 1) max1a = xsimd::max(max1a, Load(st + j * R + N));
+    }
     // A lane that has seen no visible key keeps max -inf; exponentiate its
     // (-inf) scores against 0 so they give 0, not NaN.
-    const VF m_use = xsimd::select(m_new == neg_inf, Zero(), m_new);
-    const VF alpha = ExpNonPositive(*m - m_use);
-    VF sum = *l * alpha;
-    for (int64_t j = 0; j < nb; ++j) {
-      const VF e = ExpNonPositive(Load(st + j * R) - m_use);
-      Store(e, st + j * R);
-      sum = sum + e;
+    const VF new0 = xsimd::max(*m0, xsimd::max(max0a, max0b));
+    const VF use0 = xsimd::select(new0 == neg_inf, Zero(), new0);
+    *alpha0 = ExpNonPositive(*m0 - use0);
+    *m0 = new0;
+    VF use1 = use0;
+    if (RV > 1) {
+      const VF new1 = xsimd::max(*m1, xsimd::max(max1a, max1b));
+      use1 = xsimd::select(new1 == neg_inf, Zero(), new1);
+      *alpha1 = ExpNonPositive(*m1 - use1);
+      *m1 = new1;
     }
-    *m = m_new;
-    *l = sum;
-    return alpha;
+    VF sum0a = Zero(), sum0b = Zero(), sum1a = Zero(), sum1b = Zero();
+    j = 0;
+    for (; j + 2 <= nb; j += 2) {
+      float* s = st + j * R;
+      const VF p0a = ExpNonPositive(Load(s) - use0);
+      const VF p0b = ExpNonPositive(Load(s + R) - use0);
+      Store(p0a, s);
+      Store(p0b, s + R);
+      sum0a = sum0a + p0a;
+      sum0b = sum0b + p0b;
+      if (RV > 1) {
+        const VF p1a = ExpNonPositive(Load(s + N) - use1);
+        const VF p1b = ExpNonPositive(Load(s + R + N) - use1);
+        Store(p1a, s + N);
+        Store(p1b, s + R + N);
+        sum1a = sum1a + p1a;
+        sum1b = sum1b + p1b;
+      }
+    }
+    if (j < nb) {
+      float* s = st + j * R;
+      const VF p0 = ExpNonPositive(Load(s) - use0);
+      Store(p0, s);
+      sum0a = sum0a + p0;
+      if (RV > 1) {
+        const VF p1 = ExpNonPositive(Load(s + N) - use1);
+        Store(p1, s + N);
+        sum1a = sum1a + p1;
+      }
+    }
+    *l0 = MulAdd(*l0, *alpha0, sum0a + sum0b);
+    if (RV > 1) *l1 = MulAdd(*l1, *alpha1, sum1a + sum1b);
   }
 
   // w[j] = exp(w[j] - m) * inv_l for j < n, in place.
@@ -386,9 +437,9 @@ struct Attention {
           for (int64_t j = 0; j < nb; ++j) w[j] = st[j * R + r];
         }
       }
-      const VF alpha0 = SoftmaxBlock(st, R, nb, &m0, &l0);
-      VF alpha1 = alpha0;
-      if (RV > 1) alpha1 = SoftmaxBlock(st + N, R, nb, &m1, &l1);
+      VF alpha0, alpha1 = Zero();
+      SoftmaxBlock<RV>(st, R, nb, &m0, &l0, &alpha0, &m1, &l1, &alpha1);
+      if (RV == 1) alpha1 = alpha0;
       if (hides || p.bias != nullptr) {
         AccumulateOutput<RV, true>(st, R, v + j0 * dv, dv, nb, alpha0, alpha1,
                                    tile.ot, &pf_k);
