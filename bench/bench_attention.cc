@@ -7,14 +7,12 @@
 //   attention_f32/<shape>/<implementation>/workers:<n>
 // e.g. attention_f32/S2_prefill/highway:AVX3_DL/workers:1, and
 //   attention_f32/S2_prefill/openblas_3step/workers:1.
-// Two sweeps keep to fewer implementations and shorter runs (MinTime 0.1 s,
-// 3 repetitions, whatever the command line says):
-//   sweep_kv<n>  kv_len 128..16384, q_len 128, 4 heads, d 64: the default
-//                backend (1 and 2 workers), OpenBLAS, the reference if cheap
-//   sweep_d<n>   head_dim 32, 64, 80, 128, 256, q_len = kv_len = 512, 4 heads:
-//                the same plus every other SIMD backend at 1 worker
-// "Cheap": at most kReferenceMaxFlops per call for the reference and the
-// scalar Highway targets.
+// Two sweeps run every SIMD backend (1 and 2 workers) and OpenBLAS (1 and 2)
+// with shorter runs (MinTime 0.1 s, 3 repetitions, whatever the command line
+// says), the reference and the scalar Highway targets at 1 worker where
+// cheap (at most kReferenceMaxFlops per call):
+//   sweep_kv<n>  kv_len 128..16384, q_len 128, 4 heads, d 64
+//   sweep_d<n>   head_dim 32, 64, 80, 128, 256, q_len = kv_len = 512, 4 heads
 // The machine's limits come first, measured by the same binary in the same
 // run (machine_limits.cc):
 //   limits/fma_peak/<target>/threads:<n>   multiply-add peak of each SIMD
@@ -518,11 +516,7 @@ void RegisterAll() {
         case Kind::kKvSweep:
         case Kind::kDimSweep:
           if (scalar && s.Flops() > kReferenceMaxFlops) continue;
-          if (b != 0 && !reference) {
-            // The other SIMD targets: the head_dim sweep only, 1 worker.
-            if (s.kind == Kind::kKvSweep) continue;
-            worker_counts = {1};
-          }
+          if (scalar && !reference) worker_counts = {1};
           break;
       }
       for (size_t w : worker_counts) {

@@ -325,12 +325,12 @@ def plot(medians, order, limits, out_dir, model):
         plt.close(fig)
         written.append(path)
 
+    others = [(t, 1, "-.") for t in limits.targets
+              if t != best and t in ("AVX2", "SSE4")]
     draw("sweep_kv", "kv_len (keys)",
          "qkv attention f32: kv_len sweep (q_len 128, 4 heads, d 64)",
          "kv_sweep.png", True,
-         [(best, 1, "-"), (best, 2, ":")])
-    others = [(t, 1, "-.") for t in limits.targets
-              if t != best and t in ("AVX2", "SSE4")]
+         [(best, 1, "-"), (best, 2, ":")] + others)
     draw("sweep_d", "head_dim",
          "qkv attention f32: head_dim sweep (q_len = kv_len = 512, 4 heads)",
          "head_dim_sweep.png", False,

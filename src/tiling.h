@@ -370,6 +370,26 @@ inline size_t LayoutTile(const Problem& p, size_t lanes, unsigned char* base,
 
 // ---------------------------------------------------------------- rows
 
+// Flat row r of a (batch, kv head) group is query i = r % q_len of query
+// head h = kvh * group + r / q_len. RowWalker visits rows in order, counting
+// (h, i) up: one division to start mid-group, none from row 0.
+struct RowWalker {
+  int64_t h, i;
+  RowWalker(const Problem& p, int64_t kvh) : h(kvh * p.group), i(0) {}
+  RowWalker(const Problem& p, int64_t kvh, int64_t r0)
+      : h(kvh * p.group + r0 / p.q_len), i(r0 % p.q_len) {}
+  // Index of the row in q, out, weights and lse (in rows).
+  int64_t Row(const Problem& p, int64_t b) const {
+    return (b * p.q_heads + h) * p.q_len + i;
+  }
+  void Next(const Problem& p) {
+    if (++i == p.q_len) {
+      i = 0;
+      ++h;
+    }
+  }
+};
+
 // Tile path: row index, key limit and bias row of each of the R lanes
 // (lanes >= rows are padding: limit 0, never written out), and the range of
 // limits over the real rows; zeroes the transposed output.
@@ -379,15 +399,14 @@ inline void SetUpTileRows(const Problem& p, int64_t b, int64_t kvh,
                           int64_t* max_limit) {
   *min_limit = p.kv_len;
   *max_limit = 0;
+  RowWalker at(p, kvh, r0);
   for (size_t r = 0; r < R; ++r) {
     if (static_cast<int64_t>(r) < rows) {
-      const int64_t rr = r0 + static_cast<int64_t>(r);
-      const int64_t h = kvh * p.group + rr / p.q_len;
-      const int64_t i = rr % p.q_len;
-      const int64_t limit = VisibleKeys(p, b, i);
-      tile.row[r] = (b * p.q_heads + h) * p.q_len + i;
+      const int64_t limit = VisibleKeys(p, b, at.i);
+      tile.row[r] = at.Row(p, b);
       tile.limit[r] = static_cast<int32_t>(limit);
-      tile.bias[r] = BiasRow(p, b, h, i);
+      tile.bias[r] = BiasRow(p, b, at.h, at.i);
+      at.Next(p);
       *min_limit = limit < *min_limit ? limit : *min_limit;
       *max_limit = limit > *max_limit ? limit : *max_limit;
     } else {
@@ -421,23 +440,19 @@ inline int64_t SetUpRowPath(const Problem& p, const Operands& op, int64_t b,
                             int64_t kvh, int64_t rows, const Tile& tile) {
   const int64_t d = op.dim, dv = p.value_dim;
   int64_t max_limit = 0;
-  // Flat row r is query i of head h, counted up without dividing.
-  int64_t h = kvh * p.group, i = 0;
+  RowWalker at(p, kvh);
   for (int64_t r = 0; r < rows; ++r) {
-    tile.row[r] = (b * p.q_heads + h) * p.q_len + i;
-    const int64_t limit = VisibleKeys(p, b, i);
+    tile.row[r] = at.Row(p, b);
+    const int64_t limit = VisibleKeys(p, b, at.i);
     tile.limit[r] = static_cast<int32_t>(limit);
-    tile.bias[r] = BiasRow(p, b, h, i);
+    tile.bias[r] = BiasRow(p, b, at.h, at.i);
+    at.Next(p);
     tile.m[r] = -INFINITY;
     tile.sum[r] = 0.0f;
     max_limit = limit > max_limit ? limit : max_limit;
     const float* q = op.q + tile.row[r] * d;
     for (int64_t t = 0; t < d; ++t) tile.q_rows[r * d + t] = q[t] * op.q_scale;
     for (int64_t c = 0; c < dv; ++c) tile.o_rows[r * dv + c] = 0.0f;
-    if (++i == p.q_len) {
-      i = 0;
-      ++h;
-    }
   }
   return max_limit;
 }

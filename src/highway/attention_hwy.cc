@@ -813,16 +813,12 @@ void RunRowsTiny(D df, const Problem& p, const Operands& op,
               tile.vt + c * N);
   }
   const V neg_inf = hn::Set(df, -INFINITY);
-  // Flat row r is query i of head h, counted up without dividing.
-  int64_t h = kvh * p.group, i = 0;
+  RowWalker at(p, kvh);
   for (int64_t r = 0; r < task.rows; ++r) {
-    const int64_t row = (b * p.q_heads + h) * p.q_len + i;
-    const int64_t limit = VisibleKeys(p, b, i);
-    const float* bias_row = BiasRow(p, b, h, i);
-    if (++i == p.q_len) {
-      i = 0;
-      ++h;
-    }
+    const int64_t row = at.Row(p, b);
+    const int64_t limit = VisibleKeys(p, b, at.i);
+    const float* bias_row = BiasRow(p, b, at.h, at.i);
+    at.Next(p);
     const float* q = op.q + row * d;
     V s = zero;
     if (op.kind == kAdditive) {
