@@ -48,8 +48,12 @@ class ThreadPool {
  public:
   // How long a wait polls before it sleeps on the condition variable.
   static constexpr int64_t kSpinMicros = 50;
-  // A gap this long between two polls means the thread was descheduled.
-  static constexpr int64_t kPreemptedMicros = 20;
+  // A gap this long between two polls means the thread was descheduled: a
+  // scheduler time slice is milliseconds. A VM's own hiccups (the host
+  // interrupting a vCPU for tens to hundreds of microseconds) must not
+  // count: at 20 us they did, several times a second, and a 2-worker S3
+  // call then paid a futex wake-up (56-63 us per call instead of 47-53).
+  static constexpr int64_t kPreemptedMicros = 1000;
   // How long a waiter then sleeps without spinning first.
   static constexpr int64_t kBackoffMillis = 100;
 
