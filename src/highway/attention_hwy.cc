@@ -123,57 +123,31 @@ HWY_INLINE V TanhOf(V x) {
 }
 
 // In-register transpose of a square block of N x N floats (v[i] row i in,
-// column i out) where shuffles beat gathers: 16 x 16 on AVX-512 (64
-// shuffles against 16 gathers of 16 lanes) and 8 x 8 on AVX2. Per 128-bit
-// block, rows are first transposed 4 x 4 (unpack, then shuffle); the blocks
-// are then transposed across vectors. Elsewhere kHaveTranspose is false and
-// the tiles use gathers (and no array of vectors is ever declared: SVE
-// vectors are sizeless and cannot be array elements).
+// column i out; src/transpose_x86.h) where shuffles beat gathers: 16 x 16 on
+// AVX-512 and 8 x 8 on AVX2. Elsewhere QKV_HWY_TRANSPOSE is 0 and the tiles
+// use gathers (and no array of vectors is ever declared: SVE vectors are
+// sizeless and cannot be array elements).
 #undef QKV_HWY_TRANSPOSE
+#undef QKV_TRANSPOSE_BITS
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 #define QKV_HWY_TRANSPOSE 1
+#define QKV_TRANSPOSE_BITS 512
+#include "transpose_x86.h"
 HWY_INLINE void TransposeSquare(VF* v) {
-  __m512 a[16], b[16];
-  for (int i = 0; i < 16; i += 2) {
-    a[i] = _mm512_unpacklo_ps(v[i].raw, v[i + 1].raw);
-    a[i + 1] = _mm512_unpackhi_ps(v[i].raw, v[i + 1].raw);
-  }
-  // b[4g + m], block k: column 4k + m of rows 4g..4g+3.
-  for (int g = 0; g < 16; g += 4) {
-    b[g] = _mm512_shuffle_ps(a[g], a[g + 2], 0x44);
-    b[g + 1] = _mm512_shuffle_ps(a[g], a[g + 2], 0xEE);
-    b[g + 2] = _mm512_shuffle_ps(a[g + 1], a[g + 3], 0x44);
-    b[g + 3] = _mm512_shuffle_ps(a[g + 1], a[g + 3], 0xEE);
-  }
-  for (int m = 0; m < 4; ++m) {
-    const __m512 c0 = _mm512_shuffle_f32x4(b[m], b[4 + m], 0x44);
-    const __m512 c1 = _mm512_shuffle_f32x4(b[m], b[4 + m], 0xEE);
-    const __m512 c2 = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0x44);
-    const __m512 c3 = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0xEE);
-    v[m].raw = _mm512_shuffle_f32x4(c0, c2, 0x88);
-    v[4 + m].raw = _mm512_shuffle_f32x4(c0, c2, 0xDD);
-    v[8 + m].raw = _mm512_shuffle_f32x4(c1, c3, 0x88);
-    v[12 + m].raw = _mm512_shuffle_f32x4(c1, c3, 0xDD);
-  }
+  __m512 raw[16];
+  for (int i = 0; i < 16; ++i) raw[i] = v[i].raw;
+  TransposeSquare16(raw);
+  for (int i = 0; i < 16; ++i) v[i].raw = raw[i];
 }
 #elif HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
 #define QKV_HWY_TRANSPOSE 1
+#define QKV_TRANSPOSE_BITS 256
+#include "transpose_x86.h"
 HWY_INLINE void TransposeSquare(VF* v) {
-  __m256 a[8], b[8];
-  for (int i = 0; i < 8; i += 2) {
-    a[i] = _mm256_unpacklo_ps(v[i].raw, v[i + 1].raw);
-    a[i + 1] = _mm256_unpackhi_ps(v[i].raw, v[i + 1].raw);
-  }
-  for (int g = 0; g < 8; g += 4) {
-    b[g] = _mm256_shuffle_ps(a[g], a[g + 2], 0x44);
-    b[g + 1] = _mm256_shuffle_ps(a[g], a[g + 2], 0xEE);
-    b[g + 2] = _mm256_shuffle_ps(a[g + 1], a[g + 3], 0x44);
-    b[g + 3] = _mm256_shuffle_ps(a[g + 1], a[g + 3], 0xEE);
-  }
-  for (int m = 0; m < 4; ++m) {
-    v[m].raw = _mm256_permute2f128_ps(b[m], b[4 + m], 0x20);
-    v[4 + m].raw = _mm256_permute2f128_ps(b[m], b[4 + m], 0x31);
-  }
+  __m256 raw[8];
+  for (int i = 0; i < 8; ++i) raw[i] = v[i].raw;
+  TransposeSquare8(raw);
+  for (int i = 0; i < 8; ++i) v[i].raw = raw[i];
 }
 #else
 #define QKV_HWY_TRANSPOSE 0

@@ -43,6 +43,17 @@ namespace qkv {
 namespace xsimd_engine {
 namespace {
 
+// In-register square transposes (src/transpose_x86.h) for the architecture
+// this file is compiled for: 16 x 16 with AVX-512, 8 x 8 with AVX2.
+#undef QKV_TRANSPOSE_BITS
+#if defined(__AVX512F__)
+#define QKV_TRANSPOSE_BITS 512
+#include "transpose_x86.h"
+#elif defined(__AVX2__)
+#define QKV_TRANSPOSE_BITS 256
+#include "transpose_x86.h"
+#endif
+
 // Accumulators are named variables (macro-unrolled), not arrays, so they are
 // sure to stay in registers. Lanes u >= U of an unroll are compiled away.
 #define QKV_XS_UNROLL8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
@@ -56,6 +67,16 @@ template <class A, int kUnroll, bool kGather>
 struct Attention {
   using VF = xsimd::batch<float, A>;
   using VI = xsimd::batch<int32_t, A>;
+  // Q packing and the output's unpacking use whole N x N in-register
+  // transposes where this file has one for A's width.
+#if QKV_TRANSPOSE_BITS == 512
+  static constexpr bool kTranspose = std::is_same<A, xsimd::avx512f>::value;
+#elif QKV_TRANSPOSE_BITS == 256
+  static constexpr bool kTranspose =
+      std::is_same<A, xsimd::fma3<xsimd::avx2>>::value;
+#else
+  static constexpr bool kTranspose = false;
+#endif
   static constexpr size_t N = VF::size;
 
   static size_t TileRows() { return 2 * N; }
@@ -344,8 +365,31 @@ struct Attention {
     }
   }
 
+  // v[i] = row i in, column i out, for an N x N block (kTranspose only).
+  static void TransposeBlock(VF* v) {
+#if QKV_TRANSPOSE_BITS == 512
+    if constexpr (kTranspose) {
+      __m512 raw[16];
+      for (int i = 0; i < 16; ++i) raw[i] = v[i];
+      TransposeSquare16(raw);
+      for (int i = 0; i < 16; ++i) v[i] = VF(raw[i]);
+    }
+#elif QKV_TRANSPOSE_BITS == 256
+    if constexpr (kTranspose) {
+      __m256 raw[8];
+      for (int i = 0; i < 8; ++i) raw[i] = v[i];
+      TransposeSquare8(raw);
+      for (int i = 0; i < 8; ++i) v[i] = VF(raw[i]);
+    }
+#else
+    (void)v;
+#endif
+  }
+
   // qt[t][*] for a full tile: its rows are consecutive rows of q (the
-  // group's heads are adjacent), so column t of the tile is a strided gather.
+  // group's heads are adjacent), so column t of the tile is a strided
+  // gather; whole N x N blocks go through in-register transposes instead
+  // where there are some.
   template <int RV>
   static void GatherQueries(const Operands& op, const float* q, size_t R,
                             const Tile& tile) {
@@ -354,7 +398,22 @@ struct Attention {
     for (size_t u = 0; u < N; ++u) offsets[u] = static_cast<int32_t>(u * d);
     const VI idx = VI::load_aligned(offsets);
     const VF scale(op.q_scale);
-    for (int64_t t = 0; t < d; ++t) {
+    int64_t t = 0;
+    if constexpr (kTranspose) {
+      VF blk[N];
+      for (; t + static_cast<int64_t>(N) <= d; t += N) {
+        for (size_t h = 0; h < static_cast<size_t>(RV); ++h) {
+          for (size_t i = 0; i < N; ++i) {
+            blk[i] = LoadU(q + (h * N + i) * d + t);
+          }
+          TransposeBlock(blk);
+          for (size_t i = 0; i < N; ++i) {
+            Store(blk[i] * scale, tile.qt + (t + i) * R + h * N);
+          }
+        }
+      }
+    }
+    for (; t < d; ++t) {
       Store(VF::gather(q + t, idx) * scale, tile.qt + t * R);
       if (RV > 1) {
         Store(VF::gather(q + N * d + t, idx) * scale, tile.qt + t * R + N);
@@ -457,12 +516,37 @@ struct Attention {
       Store(l1, tile.sum + N);
     }
     for (int64_t r = 0; r < rows; ++r) {
+      tile.inv_l[r] = tile.sum[r] > 0.0f ? 1.0f / tile.sum[r] : 0.0f;
+    }
+    // out[r][c] = ot[c][r] / l: whole N x N blocks of (columns, rows) by
+    // in-register transposes where there are some (a row that saw no key
+    // gets ot * 0 there and is zeroed whole below), the rest by gathers or
+    // scalar code.
+    int64_t c_done = 0;
+    if constexpr (kTranspose) {
+      VF blk[N];
+      for (; c_done + static_cast<int64_t>(N) <= dv; c_done += N) {
+        for (size_t h = 0; h < static_cast<size_t>(RV); ++h) {
+          if (static_cast<int64_t>(h * N) >= rows) break;
+          for (size_t i = 0; i < N; ++i) {
+            blk[i] = Load(tile.ot + (c_done + i) * R + h * N);
+          }
+          TransposeBlock(blk);
+          for (size_t i = 0; i < N; ++i) {
+            const int64_t r = static_cast<int64_t>(h * N + i);
+            if (r >= rows) break;
+            StoreU(blk[i] * VF(tile.inv_l[r]), p.out + tile.row[r] * dv + c_done);
+          }
+        }
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
       const float l = tile.sum[r];
       const bool seen = l > 0.0f;
-      const float inv_l = seen ? 1.0f / l : 0.0f;
+      const float inv_l = tile.inv_l[r];
       float* out = p.out + tile.row[r] * dv;
       if (seen) {
-        int64_t c = 0;
+        int64_t c = c_done;
         if (kGather) {  // out[r][c] = ot[c][r] / l: a vector of columns
           alignas(64) int32_t offsets[N];
           for (size_t u = 0; u < N; ++u) {
