@@ -233,9 +233,6 @@ inline TileTask SplitTaskAt(const Problem& p, size_t task, size_t tile_rows) {
   return r;
 }
 
-// ---------------------------------------------------------------- workspace
-
-// Workspace of one worker, every region 64-byte aligned. R = 2 * lanes.
 // ---------------------------------------------------------------- prefetch
 // A tile reads K and V in interleaved, strided patterns (several key rows at
 // once for scores, a column slice of every value row for the output) that
@@ -279,6 +276,27 @@ class PrefetchStream {
   int64_t per_step_;  // lines per Step()
 };
 
+// The prefetches that go with key block [j0, j0 + nb) of keys that stop at
+// `stop`: this block's V rows, spread over v_steps calls, and the next
+// block's K rows, spread over k_steps calls (none past `stop`).
+struct BlockPrefetch {
+  PrefetchStream v, k;
+  BlockPrefetch(bool on, const float* k_rows, int64_t d, const float* v_rows,
+                int64_t dv, int64_t j0, int64_t nb, int64_t stop,
+                int64_t v_steps, int64_t k_steps)
+      : v(on, v_rows + j0 * dv, nb * dv, v_steps),
+        k(on, k_rows + (j0 + nb) * d, NextBlockKeys(j0 + nb, stop) * d,
+          k_steps) {}
+
+ private:
+  static int64_t NextBlockKeys(int64_t next, int64_t stop) {
+    return next + kBlockKeys < stop ? kBlockKeys : stop - next;
+  }
+};
+
+// ---------------------------------------------------------------- workspace
+
+// Workspace of one worker, every region 64-byte aligned. R = 2 * lanes.
 struct Tile {
   float* qt;           // [dim][R] queries, transposed, pre-scaled
   float* st;           // [kBlockKeys][R] scores, then probabilities

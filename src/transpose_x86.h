@@ -8,11 +8,11 @@
 // Deliberately no include guard: an engine includes this inside its own
 // per-target namespace (Highway compiles its engine once per target, each
 // pass under that target's attributes), once per target. The includer sets
-// QKV_TRANSPOSE_BITS to 512 or 256 for the function it wants and has
+// QKV_TRANSPOSE_BITS to 512 or 256 for the overload it wants and has
 // <immintrin.h> in scope.
 #if QKV_TRANSPOSE_BITS == 512
 
-static inline __attribute__((always_inline)) void TransposeSquare16(
+static inline __attribute__((always_inline)) void TransposeRegisters(
     __m512* v) {
   __m512 a[16], b[16];
   for (int i = 0; i < 16; i += 2) {
@@ -40,7 +40,7 @@ static inline __attribute__((always_inline)) void TransposeSquare16(
 
 #elif QKV_TRANSPOSE_BITS == 256
 
-static inline __attribute__((always_inline)) void TransposeSquare8(
+static inline __attribute__((always_inline)) void TransposeRegisters(
     __m256* v) {
   __m256 a[8], b[8];
   for (int i = 0; i < 8; i += 2) {

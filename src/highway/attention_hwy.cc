@@ -129,25 +129,16 @@ HWY_INLINE V TanhOf(V x) {
 // sizeless and cannot be array elements).
 #undef QKV_HWY_TRANSPOSE
 #undef QKV_TRANSPOSE_BITS
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 #define QKV_HWY_TRANSPOSE 1
-#define QKV_TRANSPOSE_BITS 512
+#define QKV_TRANSPOSE_BITS (HWY_TARGET <= HWY_AVX3 ? 512 : 256)
 #include "transpose_x86.h"
 HWY_INLINE void TransposeSquare(VF* v) {
-  __m512 raw[16];
-  for (int i = 0; i < 16; ++i) raw[i] = v[i].raw;
-  TransposeSquare16(raw);
-  for (int i = 0; i < 16; ++i) v[i].raw = raw[i];
-}
-#elif HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
-#define QKV_HWY_TRANSPOSE 1
-#define QKV_TRANSPOSE_BITS 256
-#include "transpose_x86.h"
-HWY_INLINE void TransposeSquare(VF* v) {
-  __m256 raw[8];
-  for (int i = 0; i < 8; ++i) raw[i] = v[i].raw;
-  TransposeSquare8(raw);
-  for (int i = 0; i < 8; ++i) v[i].raw = raw[i];
+  constexpr int kN = QKV_TRANSPOSE_BITS / 32;
+  decltype(v[0].raw) raw[kN];
+  for (int i = 0; i < kN; ++i) raw[i] = v[i].raw;
+  TransposeRegisters(raw);
+  for (int i = 0; i < kN; ++i) v[i].raw = raw[i];
 }
 #else
 #define QKV_HWY_TRANSPOSE 0
@@ -473,22 +464,19 @@ void RunTile(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
   for (int64_t j0 = 0; j0 < max_limit; j0 += kBlockKeys) {
     const int64_t nb = j0 + kBlockKeys < max_limit ? kBlockKeys : max_limit - j0;
     float* st = tile.st;
-    const int64_t next = j0 + nb;
-    const int64_t nb_next =
-        next + kBlockKeys < max_limit ? kBlockKeys : max_limit - next;
-    PrefetchStream pf_v(prefetch, v + j0 * dv, nb * dv, nb / kUnroll);
-    PrefetchStream pf_k(prefetch, k + next * d, nb_next * d, dv / kUnroll);
+    BlockPrefetch pf(prefetch, k, d, v, dv, j0, nb, max_limit, nb / kUnroll,
+                     dv / kUnroll);
     if (op.kind == kAdditive) {
       Scores<RV, kAdditive>(tile.qt, R, k + j0 * d, d, nb, 1.0f, p.w_v, st,
-                            &pf_v);
+                            &pf.v);
     } else if (op.kind == kGaussian) {
       Scores<RV, kGaussian>(tile.qt, R, k + j0 * d, d, nb, op.finish, p.w_v,
-                            st, &pf_v);
+                            st, &pf.v);
     } else if (op.kind == kDotScaled) {
       Scores<RV, kDotScaled>(tile.qt, R, k + j0 * d, d, nb, op.finish, p.w_v,
-                             st, &pf_v);
+                             st, &pf.v);
     } else {
-      Scores<RV, kDot>(tile.qt, R, k + j0 * d, d, nb, 1.0f, p.w_v, st, &pf_v);
+      Scores<RV, kDot>(tile.qt, R, k + j0 * d, d, nb, 1.0f, p.w_v, st, &pf.v);
     }
     if (p.bias != nullptr) {
       for (int64_t r = 0; r < rows; ++r) AddBias(tile.bias[r], j0, nb, R, st + r);
@@ -519,10 +507,10 @@ void RunTile(const Problem& p, const Operands& op, int64_t b, int64_t kvh,
     if (RV == 1) alpha1 = alpha0;
     if (hides || p.bias != nullptr) {
       AccumulateOutput<RV, true>(st, R, v + j0 * dv, dv, nb, alpha0, alpha1,
-                                 tile.ot, &pf_k);
+                                 tile.ot, &pf.k);
     } else {
       AccumulateOutput<RV, false>(st, R, v + j0 * dv, dv, nb, alpha0, alpha1,
-                                  tile.ot, &pf_k);
+                                  tile.ot, &pf.k);
     }
   }
 
@@ -602,8 +590,7 @@ HWY_NOINLINE void RowScores(const float* HWY_RESTRICT q,
                             int64_t nb, float finish,
                             const float* HWY_RESTRICT w_v,
                             float* HWY_RESTRICT st,
-                            PrefetchStream* pf0 = nullptr,
-                            PrefetchStream* pf1 = nullptr) {
+                            BlockPrefetch* pf = nullptr) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const int64_t d_full = d - d % N;
@@ -640,9 +627,9 @@ HWY_NOINLINE void RowScores(const float* HWY_RESTRICT q,
     return;
   }
   for (; j + 4 <= nb; j += 4) {
-    if (pf0 != nullptr) {
-      pf0->Step();
-      pf1->Step();
+    if (pf != nullptr) {
+      pf->v.Step();
+      pf->k.Step();
     }
     const float* k0 = k + j * d;
     const float* k1 = k0 + d;
@@ -868,10 +855,8 @@ void RunRows(const Problem& p, const Operands& op, const TileTask& task,
   for (int64_t j0 = task.key_begin; j0 < stop; j0 += kBlockKeys) {
     // The first row's scores prefetch this block's V and the next one's K.
     const int64_t nb_all = j0 + kBlockKeys < stop ? kBlockKeys : stop - j0;
-    const int64_t next = j0 + nb_all;
-    const int64_t nb_next = next + kBlockKeys < stop ? kBlockKeys : stop - next;
-    PrefetchStream pf_v(prefetch, v + j0 * dv, nb_all * dv, nb_all / 4);
-    PrefetchStream pf_k(prefetch, k + next * d, nb_next * d, nb_all / 4);
+    BlockPrefetch pf(prefetch, k, d, v, dv, j0, nb_all, stop, nb_all / 4,
+                     nb_all / 4);
     for (int64_t r = 0; r < rows; ++r) {
       // Masks hide a suffix: the row simply stops at its limit.
       int64_t end = j0 + kBlockKeys < tile.limit[r] ? j0 + kBlockKeys
@@ -882,14 +867,14 @@ void RunRows(const Problem& p, const Operands& op, const TileTask& task,
       const float* qr = tile.q_rows + r * d;
       if (op.kind == kAdditive) {
         RowScores<kAdditive>(qr, k + j0 * d, d, nb, 1.0f, p.w_v, st,
-                             r == 0 ? &pf_v : nullptr, &pf_k);
+                             r == 0 ? &pf : nullptr);
       } else if (op.kind == kGaussian) {
         RowScores<kGaussian>(qr, k + j0 * d, d, nb, op.finish, p.w_v, st,
-                             r == 0 ? &pf_v : nullptr, &pf_k);
+                             r == 0 ? &pf : nullptr);
       } else {
         // op.finish: 1 when the scale is folded into the queries.
         RowScores<kDot>(qr, k + j0 * d, d, nb, op.finish, p.w_v, st,
-                        r == 0 ? &pf_v : nullptr, &pf_k);
+                        r == 0 ? &pf : nullptr);
       }
       if (tile.bias[r] != nullptr) AddBias(tile.bias[r], j0, nb, 1, st);
       if (p.weights != nullptr) {

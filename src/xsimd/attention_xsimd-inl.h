@@ -367,23 +367,12 @@ struct Attention {
 
   // v[i] = row i in, column i out, for an N x N block (kTranspose only).
   static void TransposeBlock(VF* v) {
-#if QKV_TRANSPOSE_BITS == 512
     if constexpr (kTranspose) {
-      __m512 raw[16];
-      for (int i = 0; i < 16; ++i) raw[i] = v[i];
-      TransposeSquare16(raw);
-      for (int i = 0; i < 16; ++i) v[i] = VF(raw[i]);
+      typename VF::register_type raw[N];
+      for (size_t i = 0; i < N; ++i) raw[i] = v[i];
+      TransposeRegisters(raw);
+      for (size_t i = 0; i < N; ++i) v[i] = VF(raw[i]);
     }
-#elif QKV_TRANSPOSE_BITS == 256
-    if constexpr (kTranspose) {
-      __m256 raw[8];
-      for (int i = 0; i < 8; ++i) raw[i] = v[i];
-      TransposeSquare8(raw);
-      for (int i = 0; i < 8; ++i) v[i] = VF(raw[i]);
-    }
-#else
-    (void)v;
-#endif
   }
 
   // qt[t][*] for a full tile: its rows are consecutive rows of q (the
@@ -450,23 +439,20 @@ struct Attention {
       const int64_t nb =
           j0 + kBlockKeys < max_limit ? kBlockKeys : max_limit - j0;
       float* st = tile.st;
-      const int64_t next = j0 + nb;
-      const int64_t nb_next =
-          next + kBlockKeys < max_limit ? kBlockKeys : max_limit - next;
-      PrefetchStream pf_v(prefetch, v + j0 * dv, nb * dv, nb / kUnroll);
-      PrefetchStream pf_k(prefetch, k + next * d, nb_next * d, dv / kUnroll);
+      BlockPrefetch pf(prefetch, k, d, v, dv, j0, nb, max_limit, nb / kUnroll,
+                       dv / kUnroll);
       if (op.kind == kAdditive) {
         Scores<RV, kAdditive>(tile.qt, R, k + j0 * d, d, nb, 1.0f, p.w_v, st,
-                              &pf_v);
+                              &pf.v);
       } else if (op.kind == kGaussian) {
         Scores<RV, kGaussian>(tile.qt, R, k + j0 * d, d, nb, op.finish,
-                              p.w_v, st, &pf_v);
+                              p.w_v, st, &pf.v);
       } else if (op.kind == kDotScaled) {
         Scores<RV, kDotScaled>(tile.qt, R, k + j0 * d, d, nb, op.finish,
-                               p.w_v, st, &pf_v);
+                               p.w_v, st, &pf.v);
       } else {
         Scores<RV, kDot>(tile.qt, R, k + j0 * d, d, nb, 1.0f, p.w_v, st,
-                         &pf_v);
+                         &pf.v);
       }
       if (p.bias != nullptr) {
         for (int64_t r = 0; r < rows; ++r) {
@@ -501,10 +487,10 @@ struct Attention {
       if (RV == 1) alpha1 = alpha0;
       if (hides || p.bias != nullptr) {
         AccumulateOutput<RV, true>(st, R, v + j0 * dv, dv, nb, alpha0, alpha1,
-                                   tile.ot, &pf_k);
+                                   tile.ot, &pf.k);
       } else {
         AccumulateOutput<RV, false>(st, R, v + j0 * dv, dv, nb, alpha0,
-                                    alpha1, tile.ot, &pf_k);
+                                    alpha1, tile.ot, &pf.k);
       }
     }
 
@@ -613,8 +599,7 @@ struct Attention {
   __attribute__((noinline)) static void RowScores(
       const float* __restrict q, const float* __restrict k, int64_t d,
       int64_t nb, float finish, const float* __restrict w_v,
-      float* __restrict st, PrefetchStream* pf0 = nullptr,
-      PrefetchStream* pf1 = nullptr) {
+      float* __restrict st, BlockPrefetch* pf = nullptr) {
     const int64_t lanes = static_cast<int64_t>(N);
     const int64_t d_full = d - d % lanes;
     auto weight = [&](int64_t t) {
@@ -626,9 +611,9 @@ struct Attention {
       return;
     }
     for (; j + 4 <= nb; j += 4) {
-      if (pf0 != nullptr) {
-        pf0->Step();
-        pf1->Step();
+      if (pf != nullptr) {
+        pf->v.Step();
+        pf->k.Step();
       }
       const float* k0 = k + j * d;
       const float* k1 = k0 + d;
@@ -759,11 +744,8 @@ struct Attention {
     for (int64_t j0 = task.key_begin; j0 < stop; j0 += kBlockKeys) {
       // The first row's scores prefetch this block's V and the next K.
       const int64_t nb_all = j0 + kBlockKeys < stop ? kBlockKeys : stop - j0;
-      const int64_t next = j0 + nb_all;
-      const int64_t nb_next =
-          next + kBlockKeys < stop ? kBlockKeys : stop - next;
-      PrefetchStream pf_v(prefetch, v + j0 * dv, nb_all * dv, nb_all / 4);
-      PrefetchStream pf_k(prefetch, k + next * d, nb_next * d, nb_all / 4);
+      BlockPrefetch pf(prefetch, k, d, v, dv, j0, nb_all, stop, nb_all / 4,
+                       nb_all / 4);
       for (int64_t r = 0; r < rows; ++r) {
         // Masks hide a suffix: the row simply stops at its limit.
         int64_t end = j0 + kBlockKeys < tile.limit[r] ? j0 + kBlockKeys
@@ -774,14 +756,14 @@ struct Attention {
         const float* qr = tile.q_rows + r * d;
         if (op.kind == kAdditive) {
           RowScores<kAdditive>(qr, k + j0 * d, d, nb, 1.0f, p.w_v, st,
-                               r == 0 ? &pf_v : nullptr, &pf_k);
+                               r == 0 ? &pf : nullptr);
         } else if (op.kind == kGaussian) {
           RowScores<kGaussian>(qr, k + j0 * d, d, nb, op.finish, p.w_v, st,
-                               r == 0 ? &pf_v : nullptr, &pf_k);
+                               r == 0 ? &pf : nullptr);
         } else {
           // op.finish: 1 when the scale is folded into the queries.
           RowScores<kDot>(qr, k + j0 * d, d, nb, op.finish, p.w_v, st,
-                          r == 0 ? &pf_v : nullptr, &pf_k);
+                          r == 0 ? &pf : nullptr);
         }
         if (tile.bias[r] != nullptr) AddBias(tile.bias[r], j0, nb, 1, st);
         if (p.weights != nullptr) {
