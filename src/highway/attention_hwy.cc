@@ -79,9 +79,9 @@ size_t TileRows() { return 2 * Lanes(); }
 // adding 1.5 * 2^23 (n lands in the low mantissa bits, which also give the
 // exponent of 2^n), |r| <= ln2/2 with ln2 in two parts (r exact to ~1e-10),
 // then exp(r) by a degree-6 polynomial fitted for least maximum relative
-// error on [-ln2/2, ln2/2] (2e-9). Max error 1.03 ulp on [-87, 0] (checked
-// against double exp at 4 million points; the tests hold the whole kernel
-// to 2e-5 on weights). 16 operations per vector, 11 of them on the FMA
+// error on [-ln2/2, ln2/2] (2e-9). Max error 1.03 ulp on [-87, 0] (the fit
+// and that error: bench/exp_fit.py; tests/softmax_ulp_test.cc holds every
+// engine's softmax in ulps). 16 operations per vector, 11 of them on the FMA
 // pipes: softmax costs a sixth of a tile's time.
 template <class V>
 HWY_INLINE V ExpNonPositive(V x) {
