@@ -56,6 +56,10 @@ def fmt_rate(x):
     return "%.2f" % x if x < 10 else "%.1f" % x
 
 
+def fmt_limit(x):
+    return "-" if x is None else fmt_rate(x)  # None: not in this run
+
+
 def fmt_pct(x):
     return "%.1f%%" % x if x < 9.95 else "%.0f%%" % x
 
@@ -93,6 +97,58 @@ def load(report_path):
         elif b.get("aggregate_name") == "cv":
             cvs[key] = b.get("real_time", 0.0)  # a fraction
     return report.get("context", {}), medians, cvs, errors, order
+
+
+def load_scaling(report_path):
+    """[(shape, implementation, counters)] of the scaling/... benchmarks."""
+    with open(report_path) as f:
+        report = json.load(f)
+    rows = []
+    for b in report.get("benchmarks", []):
+        parts = b.get("run_name", b["name"]).split("/")
+        if len(parts) < 3 or parts[0] != "scaling":
+            continue
+        if b.get("error_occurred"):
+            rows.append((parts[1], parts[2], {"error": b.get("error_message")}))
+        elif b.get("run_type") != "aggregate":
+            rows.append((parts[1], parts[2], b))
+    return rows
+
+
+def scaling_lines(rows):
+    """The paired 2-worker table (see RunScaling in bench_attention.cc)."""
+    if not rows:
+        return []
+
+    def num(b, k):
+        v = b.get(k)
+        return None if v is None or v != v else float(v)  # NaN -> None
+
+    table = []
+    for shape, impl, b in rows:
+        if "error" in b:
+            table.append([shape, impl, "ERROR: %s" % b["error"]] + [""] * 4)
+            continue
+        full, rounds = num(b, "full_rounds"), num(b, "rounds")
+        sf = num(b, "speedup_full")
+        table.append([
+            shape, impl,
+            fmt_time(num(b, "us_1w")), fmt_time(num(b, "us_2w")),
+            "%.2fx" % num(b, "speedup"),
+            "-" if num(b, "machine") is None else "%.2fx" % num(b, "machine"),
+            "-" if sf is None else "%.2fx (%d of %d rounds)" % (
+                sf, full, rounds)])
+    header = ["shape", "implementation", "1 worker", "2 workers",
+              "2 vs 1 worker", "machine: FMA loop 2 vs 1 thread",
+              "2 vs 1 worker where the machine gave >= %.1fx" % FULL_MACHINE]
+    out = ["## Two workers against one, paired in time", "",
+           "Rounds of, in turn: the FMA-peak loop on 1 and on 2 threads (the "
+           "pool's own threads), the shape on 1 and on 2 workers, each about "
+           "0.4 ms, the order flipped every round; medians over the rounds. "
+           "A VM does not always give its two vCPUs two cores (the FMA loop "
+           "then scales 1.1-1.5x): the last column keeps only the rounds "
+           "where the machine did.", ""]
+    return out + markdown(table, header, {2, 3, 4, 5, 6}) + [""]
 
 
 class Limits:
@@ -163,11 +219,10 @@ class Limits:
                 else "mul+add"
             out.append("| %s %s peak (%s), GFLOP/s | %s | %s |" % (
                 label, fma, t,
-                fmt_rate(self.peak.get((t, 1), 0.0)),
-                fmt_rate(self.peak.get((t, 2), 0.0))))
+                fmt_limit(self.peak.get((t, 1))),
+                fmt_limit(self.peak.get((t, 2)))))
         out.append("| streaming read of 256 MiB, GB/s | %s | %s |" % (
-            fmt_rate(self.stream.get(1, 0.0)),
-            fmt_rate(self.stream.get(2, 0.0))))
+            fmt_limit(self.stream.get(1)), fmt_limit(self.stream.get(2))))
         return out + [""]
 
 
@@ -184,7 +239,7 @@ def attention_rows(medians, cvs, errors, order, limits, keep):
         shape, impl, workers = key[1:]
         if key in errors and key not in medians:
             table.append([shape, impl, str(workers), "ERROR: " + errors[key]]
-                         + [""] * 10)
+                         + [""] * 11)
             continue
         if key not in medians:
             continue
@@ -213,29 +268,42 @@ def attention_rows(medians, cvs, errors, order, limits, keep):
             else fmt_speedup(blas.get((shape, workers)), t),
             "-" if impl == "reference" else fmt_speedup(ref.get(shape), t),
             "-" if impl == "openblas_3step" or err < 0 else "%.1e" % err,
+            fmt_machine(b.get("machine")) if workers == 2 else "",
         ])
     return table
 
 
 HEADER = ["shape", "implementation", "workers", "median time", "cv",
           "GFLOP/s", "GB/s", "K+V GB/s", "% of peak", "peak used",
-          "vs OpenBLAS 3-step", "vs reference", "max err"]
-RIGHT = {2, 3, 4, 5, 6, 7, 8, 10, 11, 12}
+          "vs OpenBLAS 3-step", "vs reference", "max err", "machine 2T"]
+RIGHT = {2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13}
+# Below this, the machine did not give two threads two cores' worth while a
+# 2-worker row was measured (its FMA loop scales 1.97-2.0x when it does).
+FULL_MACHINE = 1.9
 
 
-def markdown(table):
-    widths = [max(len(r[i]) for r in table + [HEADER])
-              for i in range(len(HEADER))]
+def fmt_machine(x):
+    """A 2-worker row's "machine" counter: the FMA loop's 2 vs 1 thread."""
+    if x is None or x != x:
+        return "-"
+    return "%.2fx%s" % (x, "" if x >= FULL_MACHINE else " (!)")
+
+
+def markdown(table, header=None, right=None):
+    header = HEADER if header is None else header
+    right = RIGHT if right is None else right
+    widths = [max(len(r[i]) for r in table + [header])
+              for i in range(len(header))]
 
     def line(cells):
         return "| " + " | ".join(
-            c.rjust(widths[i]) if i in RIGHT else c.ljust(widths[i])
+            c.rjust(widths[i]) if i in right else c.ljust(widths[i])
             for i, c in enumerate(cells)) + " |"
 
-    sep = "|" + "|".join(("-" * (w + 1) + ":") if i in RIGHT
+    sep = "|" + "|".join(("-" * (w + 1) + ":") if i in right
                          else ("-" * (w + 2))
                          for i, w in enumerate(widths)) + "|"
-    return [line(HEADER), sep] + [line(r) for r in table]
+    return [line(header), sep] + [line(r) for r in table]
 
 
 def series(medians, prefix):
@@ -373,8 +441,15 @@ def main():
         "time / this one",
         "- max err: max |out - OpenBLAS out| / max |v|, checked once outside "
         "the timing",
+        "- machine 2T (2-worker rows): what the machine gave two threads "
+        "just after the row was timed, 2 x time(1 thread) / time(2 threads) "
+        "of a short FMA-peak loop on the pool's threads (2.00x: two cores); "
+        "(!) below %.1fx: the row's 2-worker figure was measured on a "
+        "machine that was not giving two cores (a VM's vCPUs sharing a "
+        "core, another load), see the paired table" % FULL_MACHINE,
         "",
     ]
+    lines += scaling_lines(load_scaling(report_path))
     for title, keep in SECTIONS:
         table = attention_rows(medians, cvs, errors, order, limits, keep)
         if table:
