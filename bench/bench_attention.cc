@@ -19,6 +19,9 @@
 //                                          target (flop counter)
 //   limits/stream_read/256MiB/threads:<n>  sum of a 256 MiB float array
 //                                          (bytes counter)
+// Then two workers against one on S2 and S3, paired in time, for each
+// engine's best backend and OpenBLAS (the scaling section below):
+//   scaling/<shape>/<implementation>
 // bench/run.sh runs this binary with repetitions and turns the medians into a
 // table, with each row's fraction of the limit that bounds it.
 //
@@ -30,6 +33,8 @@
 //            of merit (with one query per head it streams K and V once)
 //   max_err  max |out - out_openblas| / max |v|, checked once per benchmark
 //            outside the timing loop (-1 when no OpenBLAS to compare with)
+//   machine  (2-worker rows) what the machine gave two threads for this work
+//            just after the timing loop: MachineFor below
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -232,11 +237,12 @@ qkv_test::ThreadPool& Pool(size_t workers) {
   return *p;
 }
 
-// What the machine gives two threads right now: 2 * time(1 thread) /
-// time(2 threads) of a short FMA-peak loop, median of a few tries (see the
-// scaling section below). Every 2-worker benchmark records it next to its
-// time, as the counter "machine".
-double MachineScaling();
+// What the machine gives two threads for this work right now: the
+// throughput of two copies of the 1-worker call side by side, in units of
+// one (2.0: two full cores), median of a few tries; see the scaling
+// section below. Every 2-worker benchmark records it after its timing loop as the
+// counter "machine".
+double MachineFor(const Shape& s, const std::string& impl);
 
 // One qkv benchmark: a backend, a shape, a worker count (0: no pool,
 // parallel_for NULL). The workspace is allocated on first run and kept.
@@ -303,7 +309,7 @@ void RunQkv(benchmark::State& state, QkvCase* c) {
     benchmark::ClobberMemory();
   }
   SetCounters(state, s, c->max_err);
-  if (c->workers == 2) state.counters["machine"] = MachineScaling();
+  if (c->workers == 2) state.counters["machine"] = MachineFor(s, c->backend);
 }
 
 struct BlasCase {
@@ -335,7 +341,9 @@ void RunBlas(benchmark::State& state, BlasCase* c) {
     benchmark::ClobberMemory();
   }
   SetCounters(state, s, 0.0);
-  if (c->workers == 2) state.counters["machine"] = MachineScaling();
+  if (c->workers == 2) {
+    state.counters["machine"] = MachineFor(s, "openblas_3step");
+  }
 }
 
 std::vector<Shape> Shapes() {
@@ -401,8 +409,6 @@ struct PeakRun {
     PeakRun& r = *static_cast<PeakRun*>(arg);
     r.sink[task] = r.target.run(kPeakSteps, r.m, r.a);
   }
-  // A short run, for the scaling rounds (kScalingPeakSteps, below).
-  static void TaskShort(void* arg, size_t task, size_t /*worker*/);
 };
 
 void RunPeak(benchmark::State& state, PeakTarget target, size_t threads) {
@@ -494,30 +500,32 @@ void RegisterLimits() {
 }
 
 // ---------------------------------------------------------------- scaling
-// Two workers against one, paired in time. The VM this suite was written on
-// does not always give its two vCPUs two cores' worth of work: for seconds to
-// minutes at a time the FMA-peak loop on both threads runs at 1.1-1.5x one
-// thread instead of 2x (the host places the vCPUs on shared cores, or
-// throttles), and a 2-worker figure measured in such a stretch says nothing
-// about the code. So these benchmarks measure, round after round, in turn:
-// the FMA loop on one thread and on two (the same pool threads the attention
-// uses), and the shape on one worker and on two, each for about kSliceMicros,
-// alternating which goes first. Counters, medians over the rounds:
-//   speedup       time(1 worker) / time(2 workers) of the shape
-//   machine       2 * time(FMA, 1 thread) / time(FMA, 2 threads): what the
-//                 machine gave two threads in the same rounds (2.0: two cores)
-//   speedup_full  the shape's speedup over the rounds where machine >=
-//                 kFullMachine only (NaN when there is none)
-//   full_rounds, rounds
-constexpr int kScalingRounds = 150;
+// Two workers against one, and against what this machine gives two threads
+// for the same work. The VM this suite was written on does not always give
+// its two vCPUs two cores' worth: for seconds at a time one of them runs a
+// 1-worker S3 call 20-40% slower than the other (while the FMA-peak loop
+// still scales 2.0x: it is the caches or memory a neighbour shares, not the
+// multiply-add units), and any 2-worker figure measured then is low
+// whatever the code does. So the baseline for a 2-worker time is two
+// independent copies of the 1-worker call, one on each of the pool's two
+// threads at the same time (own output and workspace, the same inputs):
+//   machine = t1 / t_a + t1 / t_b
+// where t1 is a 1-worker call alone and t_a, t_b the copies' times side by
+// side: the throughput of two threads doing this work with nothing shared
+// but the inputs, in units of one thread's (2.0: two full cores). A
+// parallel split cannot beat it by much and should come close.
+//
+// scaling/<shape>/<implementation> measures rounds of, in turn, the shape on
+// 1 worker, on 2 workers and as two copies, each about kSliceMicros, the
+// order flipped every round. Counters, medians over the rounds:
+//   speedup       t(1 worker) / t(2 workers)
+//   machine       the two copies' throughput as above
+//   efficiency    speedup / machine, round by round
+//   speedup_full  speedup over the rounds with machine >= kFullMachine
+//   full_rounds, rounds, us_1w, us_2w
+constexpr int kScalingRounds = 100;
 constexpr double kSliceMicros = 400.0;
 constexpr double kFullMachine = 1.9;
-constexpr int64_t kScalingPeakSteps = int64_t{1} << 17;
-
-void PeakRun::TaskShort(void* arg, size_t task, size_t /*worker*/) {
-  PeakRun& r = *static_cast<PeakRun*>(arg);
-  r.sink[task] = r.target.run(kScalingPeakSteps, r.m, r.a);
-}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return std::nan("");
@@ -526,13 +534,30 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// The implementation under test: Call(workers) runs the shape once.
+double MicrosSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
+// Wakes the pool's threads before a timed slice: after a 1-thread slice
+// they are asleep (see thread_pool.h), and a futex wake-up (tens of
+// microseconds here) is not what is being measured.
+void Wake(size_t threads) {
+  Pool(threads).Run(threads, [](void*, size_t, size_t) {}, nullptr);
+}
+
+// One implementation on one shape, callable on 1 worker, 2 workers, or as
+// copy 0 or 1 of the 1-worker call (own workspace and output).
 struct ScalingCase {
   Shape shape;
   std::string impl;  // a backend name or "openblas_3step"
-  Buffer ws[3];      // qkv: the workspace for 1 and 2 workers; BLAS: scratch
+  // [0], [1]: the copies' 1-worker workspaces (BLAS: scratch); [2]: the
+  // 2-worker one. The 1-worker call is copy 0.
+  Buffer ws[3];
   size_t ws_bytes[3] = {0, 0, 0};
-  qkv_attention_desc desc[3] = {};
+  Buffer copy_out;  // copy 1's output (copy 0 writes the shape's own)
+  qkv_attention_desc one = {}, two = {};
   bool ready = false;
   bool ok = true;
 
@@ -540,105 +565,147 @@ struct ScalingCase {
 
   void Prepare() {
     ShapeData& d = DataFor(shape);
-    for (size_t w : {size_t(1), size_t(2)}) {
-      if (blas()) {
-        ws[w] = AllocFloats(BlasScratchFloats(BlasShapeOf(shape)) * w);
-        continue;
+    copy_out = AllocFloats(shape.OutFloats());
+    if (blas()) {
+      const size_t scratch = BlasScratchFloats(BlasShapeOf(shape));
+      ws[0] = AllocFloats(scratch);
+      ws[1] = AllocFloats(scratch);
+      ws[2] = AllocFloats(scratch * 2);
+    } else {
+      one = DescFor(shape, d, impl.c_str(), 0);
+      two = DescFor(shape, d, impl.c_str(), 2);
+      for (size_t i = 0; i < 3; ++i) {
+        ws_bytes[i] = qkv_attention_workspace_size(i < 2 ? &one : &two);
+        if (ws_bytes[i] > 0) ws[i] = AllocFloats((ws_bytes[i] + 3) / 4);
       }
-      desc[w] = DescFor(shape, d, impl.c_str(), w);
-      ws_bytes[w] = qkv_attention_workspace_size(&desc[w]);
-      if (ws_bytes[w] > 0) ws[w] = AllocFloats((ws_bytes[w] + 3) / 4);
     }
     ready = true;
   }
 
-  void Call(size_t w) {
+  // slot 0 or 1: that copy of the 1-worker call; 2: the 2-worker call.
+  void Call(size_t slot) {
     ShapeData& d = DataFor(shape);
+    float* out = slot == 1 ? copy_out.get() : d.out.get();
     if (blas()) {
       const BlasShape bs = BlasShapeOf(shape);
-      BlasRun run{&shape,    bs,          d.q.get(),    d.k.get(),
-                  d.v.get(), d.out.get(), ws[w].get(), BlasScratchFloats(bs)};
-      Pool(w).Run(size_t(shape.batch * shape.heads), &BlasRun::Task, &run);
+      BlasRun run{&shape,    bs,  d.q.get(),      d.k.get(),
+                  d.v.get(), out, ws[slot].get(), BlasScratchFloats(bs)};
+      const size_t heads = size_t(shape.batch * shape.heads);
+      if (slot == 2) {
+        Pool(2).Run(heads, &BlasRun::Task, &run);
+      } else {
+        for (size_t t = 0; t < heads; ++t) BlasRun::Task(&run, t, 0);
+      }
       return;
     }
-    ok = ok && qkv_attention_f32(&desc[w], d.q.get(), d.k.get(), d.v.get(),
-                                 d.out.get(), nullptr, nullptr, ws[w].get(),
-                                 ws_bytes[w]) == QKV_OK;
+    const qkv_attention_desc* desc = slot == 2 ? &two : &one;
+    ok = ok && qkv_attention_f32(desc, d.q.get(), d.k.get(), d.v.get(), out,
+                                 nullptr, nullptr, ws[slot].get(),
+                                 ws_bytes[slot]) == QKV_OK;
+  }
+
+  // Microseconds of `calls` calls in `slot`.
+  double Time(size_t slot, int calls) {
+    if (slot == 2) Wake(2);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i) Call(slot);
+    return MicrosSince(t0);
+  }
+
+  // The two copies side by side, `calls` calls each: their times, or false
+  // when one thread ran both (the pool thread was not there in time).
+  bool Copies(int calls, double* t_a, double* t_b) {
+    struct Run {
+      ScalingCase* c;
+      int calls;
+      double us[2];
+      size_t worker[2];
+      static void Task(void* arg, size_t task, size_t worker) {
+        Run& r = *static_cast<Run*>(arg);
+        r.worker[task] = worker;
+        r.us[task] = r.c->Time(task, r.calls);
+      }
+    } run{this, calls, {0, 0}, {0, 0}};
+    Wake(2);
+    Pool(2).Run(2, &Run::Task, &run);
+    *t_a = run.us[0];
+    *t_b = run.us[1];
+    return run.worker[0] != run.worker[1];
+  }
+
+  // Calls per slice: enough for kSliceMicros at one worker.
+  int CallsPerSlice() {
+    if (!ready) Prepare();
+    Call(0);
+    Call(1);
+    Call(2);
+    const double one_call = Time(0, 1);
+    return std::max(1, int(std::ceil(kSliceMicros / one_call)));
+  }
+
+  // One round's machine figure (NaN when a copy did not get its thread).
+  double Machine(int calls, double t1) {
+    double a, b;
+    if (!Copies(calls, &a, &b)) return std::nan("");
+    return t1 / a + t1 / b;
   }
 };
 
-double MicrosSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::micro>(
-             std::chrono::steady_clock::now() - t0)
-      .count();
-}
-
-// Wakes the pool's threads before a timed 2-thread slice: after a 1-thread
-// slice they are asleep (see thread_pool.h), and a futex wake-up (tens of
-// microseconds here) is not what is being measured.
-void Wake(size_t threads) {
-  Pool(threads).Run(threads, [](void*, size_t, size_t) {}, nullptr);
-}
-
-// Microseconds of the short FMA-peak loop on each of `threads` threads of
-// the pool; 0 without a peak loop (no Highway).
-double FmaMicros(size_t threads) {
-  PeakTarget targets[16];
-  if (PeakTargets(targets, 16) == 0) return 0.0;
-  PeakRun peak{targets[0], g_peak_m, g_peak_a, {0, 0, 0, 0}};
-  Wake(threads);
-  const auto t0 = std::chrono::steady_clock::now();
-  Pool(threads).Run(threads, &PeakRun::TaskShort, &peak);
-  benchmark::DoNotOptimize(peak.sink);
-  return MicrosSince(t0);
-}
-
-double MachineScaling() {
-  std::vector<double> ratios;
-  for (int i = 0; i < 5; ++i) {
-    const double one = FmaMicros(1), two = FmaMicros(2);
-    if (two <= 0) return std::nan("");
-    ratios.push_back(2.0 * one / two);
+// The ScalingCase of (shape, implementation), made on first use.
+ScalingCase* ScalingCaseFor(const Shape& s, const std::string& impl) {
+  static std::map<std::string, std::unique_ptr<ScalingCase>> cases;
+  std::unique_ptr<ScalingCase>& c = cases[s.name + "/" + impl];
+  if (!c) {
+    c.reset(new ScalingCase);
+    c->shape = s;
+    c->impl = impl;
   }
-  return Median(ratios);
+  return c.get();
+}
+
+// The spot check after a 2-worker benchmark's timing loop: rounds of (the
+// 1-worker call, the two copies) for at least kMachineCheckMicros and three
+// rounds, at most fifteen; the median. NaN for calls too small to split
+// (they run inline whatever the pool: S4) or when it failed.
+constexpr double kMachineCheckMicros = 20000.0;
+constexpr double kMachineMinFlops = 1e6;
+
+double MachineFor(const Shape& s, const std::string& impl) {
+  if (s.Flops() < kMachineMinFlops) return std::nan("");
+  ScalingCase* c = ScalingCaseFor(s, impl);
+  const int calls = c->CallsPerSlice();
+  std::vector<double> m;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < 15; ++r) {
+    if (r >= 3 && MicrosSince(t0) >= kMachineCheckMicros) break;
+    const double x = c->Machine(calls, c->Time(0, calls));
+    if (x == x) m.push_back(x);
+  }
+  return c->ok ? Median(m) : std::nan("");
 }
 
 void RunScaling(benchmark::State& state, ScalingCase* c) {
-  if (!c->ready) c->Prepare();
-  PeakTarget targets[16];
-  const bool have_peak = PeakTargets(targets, 16) > 0;
-  auto fma = [](size_t threads) { return FmaMicros(threads); };
-  auto wake = [](size_t threads) { Wake(threads); };
-  // Calls per slice, from the 1-worker time (after a warm-up of each).
-  c->Call(1);
-  c->Call(2);
-  auto t0 = std::chrono::steady_clock::now();
-  c->Call(1);
-  const double one = MicrosSince(t0);
-  const int calls = std::max(1, int(std::ceil(kSliceMicros / one)));
-  auto shape = [&](size_t w) {
-    wake(w);
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < calls; ++i) c->Call(w);
-    return MicrosSince(start);
-  };
-  std::vector<double> speedup, machine, full, t1, t2;
+  const int calls = c->CallsPerSlice();
+  std::vector<double> speedup, machine, efficiency, full, t1s, t2s;
   for (auto _ : state) {
     for (int r = 0; r < kScalingRounds; ++r) {
-      double f1 = 0, f2 = 0, s1, s2;
+      double t1, t2, m;
       if (r % 2 == 0) {
-        if (have_peak) f1 = fma(1), f2 = fma(2);
-        s1 = shape(1), s2 = shape(2);
+        t1 = c->Time(0, calls);
+        t2 = c->Time(2, calls);
+        m = c->Machine(calls, t1);
       } else {
-        s2 = shape(2), s1 = shape(1);
-        if (have_peak) f2 = fma(2), f1 = fma(1);
+        m = c->Machine(calls, c->Time(0, calls));
+        t2 = c->Time(2, calls);
+        t1 = c->Time(0, calls);
       }
-      speedup.push_back(s1 / s2);
-      t1.push_back(s1 / calls);
-      t2.push_back(s2 / calls);
-      if (have_peak) {
-        machine.push_back(2.0 * f1 / f2);
-        if (machine.back() >= kFullMachine) full.push_back(speedup.back());
+      speedup.push_back(t1 / t2);
+      t1s.push_back(t1 / calls);
+      t2s.push_back(t2 / calls);
+      if (m == m) {
+        machine.push_back(m);
+        efficiency.push_back(speedup.back() / m);
+        if (m >= kFullMachine) full.push_back(speedup.back());
       }
     }
   }
@@ -648,11 +715,12 @@ void RunScaling(benchmark::State& state, ScalingCase* c) {
   }
   state.counters["speedup"] = Median(speedup);
   state.counters["machine"] = Median(machine);
+  state.counters["efficiency"] = Median(efficiency);
   state.counters["speedup_full"] = Median(full);
   state.counters["full_rounds"] = double(full.size());
   state.counters["rounds"] = double(speedup.size());
-  state.counters["us_1w"] = Median(t1);
-  state.counters["us_2w"] = Median(t2);
+  state.counters["us_1w"] = Median(t1s);
+  state.counters["us_2w"] = Median(t2s);
 }
 
 void RegisterScaling(const std::vector<std::string>& backends, bool blas) {
@@ -671,11 +739,9 @@ void RegisterScaling(const std::vector<std::string>& backends, bool blas) {
     }
     if (blas) impls.push_back("openblas_3step");
     for (const std::string& impl : impls) {
-      ScalingCase* c = new ScalingCase;  // lives for the run
-      c->shape = s;
-      c->impl = impl;
       const std::string name = "scaling/" + s.name + "/" + impl;
-      benchmark::RegisterBenchmark(name.c_str(), RunScaling, c)
+      benchmark::RegisterBenchmark(name.c_str(), RunScaling,
+                                   ScalingCaseFor(s, impl))
           ->UseRealTime()
           ->Iterations(1)
           ->Repetitions(1)

@@ -124,31 +124,38 @@ def scaling_lines(rows):
         v = b.get(k)
         return None if v is None or v != v else float(v)  # NaN -> None
 
+    def x(v):
+        return "-" if v is None else "%.2fx" % v
+
     table = []
     for shape, impl, b in rows:
         if "error" in b:
-            table.append([shape, impl, "ERROR: %s" % b["error"]] + [""] * 4)
+            table.append([shape, impl, "ERROR: %s" % b["error"]] + [""] * 5)
             continue
         full, rounds = num(b, "full_rounds"), num(b, "rounds")
         sf = num(b, "speedup_full")
+        eff = num(b, "efficiency")
         table.append([
-            shape, impl,
-            fmt_time(num(b, "us_1w")), fmt_time(num(b, "us_2w")),
-            "%.2fx" % num(b, "speedup"),
-            "-" if num(b, "machine") is None else "%.2fx" % num(b, "machine"),
-            "-" if sf is None else "%.2fx (%d of %d rounds)" % (
-                sf, full, rounds)])
+            shape, impl, fmt_time(num(b, "us_1w")), fmt_time(num(b, "us_2w")),
+            x(num(b, "speedup")), x(num(b, "machine")),
+            "-" if eff is None else "%.0f%%" % (100 * eff),
+            "- (0 of %d rounds)" % rounds if sf is None
+            else "%.2fx (%d of %d rounds)" % (sf, full, rounds)])
     header = ["shape", "implementation", "1 worker", "2 workers",
-              "2 vs 1 worker", "machine: FMA loop 2 vs 1 thread",
-              "2 vs 1 worker where the machine gave >= %.1fx" % FULL_MACHINE]
+              "2 vs 1 worker", "machine: 2 copies vs 1",
+              "efficiency", "2 vs 1 worker, machine >= %.1fx" % FULL_MACHINE]
     out = ["## Two workers against one, paired in time", "",
-           "Rounds of, in turn: the FMA-peak loop on 1 and on 2 threads (the "
-           "pool's own threads), the shape on 1 and on 2 workers, each about "
-           "0.4 ms, the order flipped every round; medians over the rounds. "
-           "A VM does not always give its two vCPUs two cores (the FMA loop "
-           "then scales 1.1-1.5x): the last column keeps only the rounds "
-           "where the machine did.", ""]
-    return out + markdown(table, header, {2, 3, 4, 5, 6}) + [""]
+           "Rounds of, in turn (about 0.4 ms each, the order flipped every "
+           "round): the shape on 1 worker, on 2 workers, and two copies of "
+           "the 1-worker call side by side on the pool's two threads (own "
+           "output and workspace). machine = t1/t_copy_a + t1/t_copy_b: what "
+           "this machine gives two threads for this work (2.00x: two full "
+           "cores); efficiency = (2 vs 1 worker) / machine, round by round. "
+           "Medians over the rounds. A VM does not always give its vCPUs a "
+           "core each (for milliseconds to seconds they can share one core "
+           "or a neighbour's caches): the last column keeps the rounds where "
+           "the machine gave at least %.1fx." % FULL_MACHINE, ""]
+    return out + markdown(table, header, {2, 3, 4, 5, 6, 7}) + [""]
 
 
 class Limits:
@@ -275,18 +282,17 @@ def attention_rows(medians, cvs, errors, order, limits, keep):
 
 HEADER = ["shape", "implementation", "workers", "median time", "cv",
           "GFLOP/s", "GB/s", "K+V GB/s", "% of peak", "peak used",
-          "vs OpenBLAS 3-step", "vs reference", "max err", "machine 2T"]
+          "vs OpenBLAS 3-step", "vs reference", "max err", "2 copies"]
 RIGHT = {2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13}
-# Below this, the machine did not give two threads two cores' worth while a
-# 2-worker row was measured (its FMA loop scales 1.97-2.0x when it does).
+# The paired table's last column keeps the rounds where two copies of the
+# 1-worker call ran at least this much faster than one (S2, S3: 1.96-2.0x
+# while the VM gives its vCPUs a core each).
 FULL_MACHINE = 1.9
 
 
 def fmt_machine(x):
-    """A 2-worker row's "machine" counter: the FMA loop's 2 vs 1 thread."""
-    if x is None or x != x:
-        return "-"
-    return "%.2fx%s" % (x, "" if x >= FULL_MACHINE else " (!)")
+    """A 2-worker row's "machine" counter: 2 copies of its 1-worker call."""
+    return "-" if x is None or x != x else "%.2fx" % x
 
 
 def markdown(table, header=None, right=None):
@@ -441,12 +447,14 @@ def main():
         "time / this one",
         "- max err: max |out - OpenBLAS out| / max |v|, checked once outside "
         "the timing",
-        "- machine 2T (2-worker rows): what the machine gave two threads "
-        "just after the row was timed, 2 x time(1 thread) / time(2 threads) "
-        "of a short FMA-peak loop on the pool's threads (2.00x: two cores); "
-        "(!) below %.1fx: the row's 2-worker figure was measured on a "
-        "machine that was not giving two cores (a VM's vCPUs sharing a "
-        "core, another load), see the paired table" % FULL_MACHINE,
+        "- 2 copies (2-worker rows): what the machine gave two threads for "
+        "the row's work just after it was timed: two copies of the row's "
+        "1-worker call side by side on the pool's threads (own output and "
+        "workspace), t1/t_a + t1/t_b, median of a few tries. 2.00x: two full "
+        "cores; a 2-worker row cannot be expected to beat it. Below 2 where "
+        "the copies compete for L3 or memory (a working set past L2, S1), "
+        "or while the VM is not giving its vCPUs a core each; see the paired "
+        "table",
         "",
     ]
     lines += scaling_lines(load_scaling(report_path))
