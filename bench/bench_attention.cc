@@ -240,8 +240,8 @@ qkv_test::ThreadPool& Pool(size_t workers) {
 // What the machine gives two threads for this work right now: the
 // throughput of two copies of the 1-worker call side by side, in units of
 // one (2.0: two full cores), median of a few tries; see the scaling
-// section below. Every 2-worker benchmark records it after its timing loop as the
-// counter "machine".
+// section below. Every 2-worker benchmark records it after its timing loop
+// as the counter "machine".
 double MachineFor(const Shape& s, const std::string& impl);
 
 // One qkv benchmark: a backend, a shape, a worker count (0: no pool,
