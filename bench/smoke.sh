@@ -13,9 +13,11 @@ mkdir -p "$OUT"
 PY=/usr/bin/python3
 [[ -x "$PY" ]] || PY=python3
 export OPENBLAS_NUM_THREADS=1
-"$BIN" --benchmark_filter='^(limits/fma_peak/[^/]*/threads:1/|attention_f32/S4_toy/|scaling/S3_small/)' \
+FILTER='^(limits/fma_peak/[^/]*/threads:1/|attention_f32/S4_toy/|scaling/S3_small/)'
+"$BIN" --benchmark_filter="$FILTER" \
   --benchmark_min_time=0.01 --benchmark_repetitions=2 \
-  --benchmark_out="$OUT/report.json" --benchmark_out_format=json > "$OUT/console.txt"
+  --benchmark_out="$OUT/report.json" --benchmark_out_format=json \
+  > "$OUT/console.txt"
 "$PY" "$HERE/report.py" "$OUT/report.json" "$OUT" smoke 1 0 > "$OUT/report.txt"
 fail=0
 for want in '## Machine limits' 'FMA peak' \
