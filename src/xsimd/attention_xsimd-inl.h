@@ -97,6 +97,14 @@ struct Attention {
       return VF(_mm512_fmadd_ps(x, y, z));
     }
 #endif
+#if defined(__FMA__) && (defined(__x86_64__) || defined(__i386__))
+    // sse4_2 vectors inside an FMA-capable object: the tiny path's 4-lane
+    // vectors in the AVX2 and AVX-512 engines (the sse4.2 engine itself is
+    // compiled without FMA and multiplies, then adds).
+    if constexpr (std::is_same<A, xsimd::sse4_2>::value) {
+      return VF(_mm_fmadd_ps(x, y, z));
+    }
+#endif
     return xsimd::fma(x, y, z);
   }
 
@@ -799,6 +807,131 @@ struct Attention {
     }
   }
 
+  // ------------------------------------------------------------ tiny path
+
+  // Row path for tiny problems, kv_len <= N (toy shapes, short caches), as
+  // in the Highway engine: K and V are transposed once into the workspace and
+  // each row's scores, softmax and output are a handful of whole-vector
+  // operations with keys in lanes. Same results contract as RunRows. T: this
+  // Attention or one of a narrower architecture whose vectors still hold
+  // kv_len keys (on x86, 4 lanes for up to 4 keys, 8 for up to 8): their
+  // reductions and selects are cheaper, and nothing else here is wide.
+  template <class T>
+  static void RunRowsTiny(const Problem& p, const Operands& op,
+                          const TileTask& task, unsigned char* workspace) {
+    using V = typename T::VF;
+    constexpr int64_t M = static_cast<int64_t>(T::N);
+    alignas(64) static constexpr float kKeyIndex[16] = {
+        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    static_assert(M <= 16, "kKeyIndex covers 16 lanes");
+    TinyTile tile;
+    LayoutTiny(p, N, workspace, &tile);
+    const int64_t b = task.b, kvh = task.kvh;
+    const int64_t d = op.dim, dv = p.value_dim, lk = p.kv_len;
+    const float* v = p.v + (b * p.kv_heads + kvh) * lk * dv;
+    // Transposed by scalar copies (at most 16 keys); lanes of keys j >= lk
+    // are 0, never garbage: they are masked below, and a 0 keeps every
+    // lane's arithmetic finite.
+    for (int64_t t = 0; t < d; ++t) {
+      for (int64_t j = 0; j < M; ++j) {
+        tile.kt[t * M + j] = j < lk ? op.k[j * d + t] : 0.0f;
+      }
+    }
+    for (int64_t c = 0; c < dv; ++c) {
+      for (int64_t j = 0; j < M; ++j) {
+        tile.vt[c * M + j] = j < lk ? v[j * dv + c] : 0.0f;
+      }
+    }
+    const V key = T::Load(kKeyIndex);
+    const V zero(0.0f);
+    const V neg_inf(-INFINITY);
+    RowWalker at(p, kvh);
+    for (int64_t r = 0; r < task.rows; ++r) {
+      const int64_t row = at.Row(p, b);
+      const int64_t limit = VisibleKeys(p, b, at.i);
+      const float* bias_row = BiasRow(p, b, at.h, at.i);
+      at.Next(p);
+      const float* q = op.q + row * d;
+      V s = zero;
+      if (op.kind == kAdditive) {
+        for (int64_t t = 0; t < d; ++t) {
+          const V x = V(q[t]) + T::Load(tile.kt + t * M);
+          s = T::MulAdd(V(p.w_v[t]), xsimd::tanh(x), s);
+        }
+      } else if (op.kind == kGaussian) {
+        for (int64_t t = 0; t < d; ++t) {
+          const V e = V(q[t]) - T::Load(tile.kt + t * M);
+          s = T::MulAdd(e, e, s);
+        }
+        s = s * V(op.finish);
+      } else {
+        for (int64_t t = 0; t < d; ++t) {
+          s = T::MulAdd(V(q[t] * op.q_scale), T::Load(tile.kt + t * M), s);
+        }
+        if (op.kind == kDotScaled) s = s * V(op.finish);
+      }
+      if (bias_row != nullptr) {
+        for (int64_t j = 0; j < M; ++j) tile.tail[j] = j < lk ? bias_row[j] : 0.0f;
+        const V bias = T::Load(tile.tail);
+        s = xsimd::select(bias == neg_inf, neg_inf, s + bias);
+      }
+      s = xsimd::select(key < V(static_cast<float>(limit)), s, neg_inf);
+      // xsimd 8.1 has no max reduction: finish it in scalar code.
+      T::Store(s, tile.tail);
+      float m = tile.tail[0];
+      for (int64_t j = 1; j < M; ++j) m = tile.tail[j] > m ? tile.tail[j] : m;
+      float* out = p.out + row * dv;
+      float* w = p.weights != nullptr ? p.weights + row * lk : nullptr;
+      const V e = T::ExpNonPositive(s - V(m));
+      const float l = xsimd::hadd(e);
+      if (m == -INFINITY || l == 0.0f) {  // no visible key
+        for (int64_t c = 0; c < dv; ++c) out[c] = 0.0f;
+        if (w != nullptr) {
+          for (int64_t j = 0; j < lk; ++j) w[j] = 0.0f;
+        }
+        if (p.lse != nullptr) p.lse[row] = -INFINITY;
+        continue;
+      }
+      const float inv_l = 1.0f / l;
+      const auto read = e > zero;  // hidden keys' values are not read
+      for (int64_t c = 0; c < dv; ++c) {
+        const V terms =
+            xsimd::select(read, e * T::Load(tile.vt + c * M), zero);
+        out[c] = xsimd::hadd(terms) * inv_l;
+      }
+      if (w != nullptr) {
+        T::Store(e * V(inv_l), tile.tail);
+        for (int64_t j = 0; j < lk; ++j) w[j] = tile.tail[j];
+      }
+      if (p.lse != nullptr) p.lse[row] = m + logf(l);
+    }
+  }
+
+  // The tiny path with the narrowest vectors that hold kv_len keys.
+  static void RunTiny(const Problem& p, const Operands& op,
+                      const TileTask& task, unsigned char* workspace) {
+#if XSIMD_WITH_SSE4_2
+    if constexpr (N > 4) {
+      if (p.kv_len <= 4) {
+        Attention<xsimd::sse4_2, 4, false>::template RunRowsTiny<
+            Attention<xsimd::sse4_2, 4, false>>(p, op, task, workspace);
+        return;
+      }
+    }
+#endif
+#if XSIMD_WITH_FMA3_AVX2
+    if constexpr (N > 8) {
+      if (p.kv_len <= 8) {
+        using A8 = xsimd::fma3<xsimd::avx2>;
+        Attention<A8, 4, true>::template RunRowsTiny<Attention<A8, 4, true>>(
+            p, op, task, workspace);
+        return;
+      }
+    }
+#endif
+    RunRowsTiny<Attention>(p, op, task, workspace);
+  }
+
   // ------------------------------------------------------- Engine entries
 
   static bool Supports(const Problem&) { return true; }
@@ -830,15 +963,20 @@ struct Attention {
   }
 
   static size_t WorkspacePerWorker(const Problem& p) {
-    return LayoutTile(p, N, nullptr, nullptr);
+    return UsesTinyPath(p, N) ? LayoutTiny(p, N, nullptr, nullptr)
+                              : LayoutTile(p, N, nullptr, nullptr);
   }
 
   static void RunTask(const Problem& p, size_t task,
                       const unsigned char* shared, unsigned char* workspace) {
-    Tile tile;
-    LayoutTile(p, N, workspace, &tile);
     const TileTask t = SplitTaskAt(p, task, TileRows());
     const Operands op = OperandsFor(p, shared, t.b, t.kvh);
+    if (UsesTinyPath(p, N)) {
+      RunTiny(p, op, t, workspace);
+      return;
+    }
+    Tile tile;
+    LayoutTile(p, N, workspace, &tile);
     if (t.row_path) {
       RunRows(p, op, t, shared, tile);
     } else if (t.rows <= static_cast<int64_t>(N)) {
