@@ -117,8 +117,8 @@ struct Attention {
   // also give the exponent of 2^n), |r| <= ln2/2 with ln2 in two parts (r
   // exact to ~1e-10), then exp(r) by a degree-6 polynomial fitted for least
   // maximum relative error on [-ln2/2, ln2/2] (2e-9; bench/exp_fit.py). Max
-  // error 1.03 ulp on [-87, 0] with FMA. Same constants and operation order as the Highway
-  // engine's.
+  // error 1.03 ulp on [-87, 0] with FMA. Same constants and operation order
+  // as the Highway engine's.
   static VF ExpNonPositive(const VF& x) {
     const VF lowest(-87.0f);
     const VF round(12582912.0f);  // 1.5 * 2^23
@@ -529,7 +529,8 @@ struct Attention {
           for (size_t i = 0; i < N; ++i) {
             const int64_t r = static_cast<int64_t>(h * N + i);
             if (r >= rows) break;
-            StoreU(blk[i] * VF(tile.inv_l[r]), p.out + tile.row[r] * dv + c_done);
+            StoreU(blk[i] * VF(tile.inv_l[r]),
+                   p.out + tile.row[r] * dv + c_done);
           }
         }
       }
@@ -812,15 +813,13 @@ struct Attention {
   // Row path for tiny problems, kv_len <= N (toy shapes, short caches), as
   // in the Highway engine: K and V are transposed once into the workspace and
   // each row's scores, softmax and output are a handful of whole-vector
-  // operations with keys in lanes. Same results contract as RunRows. T: this
-  // Attention or one of a narrower architecture whose vectors still hold
-  // kv_len keys (on x86, 4 lanes for up to 4 keys, 8 for up to 8): their
-  // reductions and selects are cheaper, and nothing else here is wide.
-  template <class T>
+  // operations with keys in lanes. Same results contract as RunRows. RunTiny
+  // below may run it on a narrower architecture's Attention, whose vectors
+  // still hold kv_len keys: it lays out the workspace for its own lanes,
+  // which takes less than the engine's WorkspacePerWorker asked for.
   static void RunRowsTiny(const Problem& p, const Operands& op,
                           const TileTask& task, unsigned char* workspace) {
-    using V = typename T::VF;
-    constexpr int64_t M = static_cast<int64_t>(T::N);
+    constexpr int64_t M = static_cast<int64_t>(N);  // lanes, as a signed count
     alignas(64) static constexpr float kKeyIndex[16] = {
         0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     static_assert(M <= 16, "kKeyIndex covers 16 lanes");
@@ -842,9 +841,9 @@ struct Attention {
         tile.vt[c * M + j] = j < lk ? v[j * dv + c] : 0.0f;
       }
     }
-    const V key = T::Load(kKeyIndex);
-    const V zero(0.0f);
-    const V neg_inf(-INFINITY);
+    const VF key = Load(kKeyIndex);
+    const VF zero(0.0f);
+    const VF neg_inf(-INFINITY);
     RowWalker at(p, kvh);
     for (int64_t r = 0; r < task.rows; ++r) {
       const int64_t row = at.Row(p, b);
@@ -852,37 +851,39 @@ struct Attention {
       const float* bias_row = BiasRow(p, b, at.h, at.i);
       at.Next(p);
       const float* q = op.q + row * d;
-      V s = zero;
+      VF s = zero;
       if (op.kind == kAdditive) {
         for (int64_t t = 0; t < d; ++t) {
-          const V x = V(q[t]) + T::Load(tile.kt + t * M);
-          s = T::MulAdd(V(p.w_v[t]), xsimd::tanh(x), s);
+          const VF x = VF(q[t]) + Load(tile.kt + t * M);
+          s = MulAdd(VF(p.w_v[t]), xsimd::tanh(x), s);
         }
       } else if (op.kind == kGaussian) {
         for (int64_t t = 0; t < d; ++t) {
-          const V e = V(q[t]) - T::Load(tile.kt + t * M);
-          s = T::MulAdd(e, e, s);
+          const VF e = VF(q[t]) - Load(tile.kt + t * M);
+          s = MulAdd(e, e, s);
         }
-        s = s * V(op.finish);
+        s = s * VF(op.finish);
       } else {
         for (int64_t t = 0; t < d; ++t) {
-          s = T::MulAdd(V(q[t] * op.q_scale), T::Load(tile.kt + t * M), s);
+          s = MulAdd(VF(q[t] * op.q_scale), Load(tile.kt + t * M), s);
         }
-        if (op.kind == kDotScaled) s = s * V(op.finish);
+        if (op.kind == kDotScaled) s = s * VF(op.finish);
       }
       if (bias_row != nullptr) {
-        for (int64_t j = 0; j < M; ++j) tile.tail[j] = j < lk ? bias_row[j] : 0.0f;
-        const V bias = T::Load(tile.tail);
+        for (int64_t j = 0; j < M; ++j) {
+          tile.tail[j] = j < lk ? bias_row[j] : 0.0f;
+        }
+        const VF bias = Load(tile.tail);
         s = xsimd::select(bias == neg_inf, neg_inf, s + bias);
       }
-      s = xsimd::select(key < V(static_cast<float>(limit)), s, neg_inf);
+      s = xsimd::select(key < VF(static_cast<float>(limit)), s, neg_inf);
       // xsimd 8.1 has no max reduction: finish it in scalar code.
-      T::Store(s, tile.tail);
+      Store(s, tile.tail);
       float m = tile.tail[0];
       for (int64_t j = 1; j < M; ++j) m = tile.tail[j] > m ? tile.tail[j] : m;
       float* out = p.out + row * dv;
       float* w = p.weights != nullptr ? p.weights + row * lk : nullptr;
-      const V e = T::ExpNonPositive(s - V(m));
+      const VF e = ExpNonPositive(s - VF(m));
       const float l = xsimd::hadd(e);
       if (m == -INFINITY || l == 0.0f) {  // no visible key
         for (int64_t c = 0; c < dv; ++c) out[c] = 0.0f;
@@ -895,26 +896,28 @@ struct Attention {
       const float inv_l = 1.0f / l;
       const auto read = e > zero;  // hidden keys' values are not read
       for (int64_t c = 0; c < dv; ++c) {
-        const V terms =
-            xsimd::select(read, e * T::Load(tile.vt + c * M), zero);
+        const VF terms =
+            xsimd::select(read, e * Load(tile.vt + c * M), zero);
         out[c] = xsimd::hadd(terms) * inv_l;
       }
       if (w != nullptr) {
-        T::Store(e * V(inv_l), tile.tail);
+        Store(e * VF(inv_l), tile.tail);
         for (int64_t j = 0; j < lk; ++j) w[j] = tile.tail[j];
       }
       if (p.lse != nullptr) p.lse[row] = m + logf(l);
     }
   }
 
-  // The tiny path with the narrowest vectors that hold kv_len keys.
+  // The tiny path with the narrowest vectors that hold kv_len keys (on x86,
+  // 4 lanes for up to 4 keys, 8 for up to 8): their reductions and selects
+  // are cheaper, and nothing else there is wide.
   static void RunTiny(const Problem& p, const Operands& op,
                       const TileTask& task, unsigned char* workspace) {
 #if XSIMD_WITH_SSE4_2
     if constexpr (N > 4) {
       if (p.kv_len <= 4) {
-        Attention<xsimd::sse4_2, 4, false>::template RunRowsTiny<
-            Attention<xsimd::sse4_2, 4, false>>(p, op, task, workspace);
+        Attention<xsimd::sse4_2, 4, false>::RunRowsTiny(p, op, task,
+                                                        workspace);
         return;
       }
     }
@@ -922,14 +925,13 @@ struct Attention {
 #if XSIMD_WITH_FMA3_AVX2
     if constexpr (N > 8) {
       if (p.kv_len <= 8) {
-        using A8 = xsimd::fma3<xsimd::avx2>;
-        Attention<A8, 4, true>::template RunRowsTiny<Attention<A8, 4, true>>(
-            p, op, task, workspace);
+        Attention<xsimd::fma3<xsimd::avx2>, 4, true>::RunRowsTiny(p, op, task,
+                                                                  workspace);
         return;
       }
     }
 #endif
-    RunRowsTiny<Attention>(p, op, task, workspace);
+    RunRowsTiny(p, op, task, workspace);
   }
 
   // ------------------------------------------------------- Engine entries
