@@ -515,9 +515,9 @@ void RegisterLimits() {
 // but the inputs, in units of one thread's (2.0: two full cores). A
 // parallel split cannot beat it by much and should come close.
 //
-// scaling/<shape>/<implementation> measures rounds of, in turn, the shape on
-// 1 worker, on 2 workers and as two copies, each about kSliceMicros, the
-// order flipped every round. Counters, medians over the rounds:
+// scaling/<shape>/<implementation> measures rounds of the shape on 1 worker
+// then as two copies, and on 2 workers, each about kSliceMicros; the
+// 2-worker slice goes last and first in turn. Counters, medians over the rounds:
 //   speedup       t(1 worker) / t(2 workers)
 //   machine       the two copies' throughput as above
 //   efficiency    speedup / machine, round by round
@@ -647,11 +647,13 @@ struct ScalingCase {
     return std::max(1, int(std::ceil(kSliceMicros / one_call)));
   }
 
-  // One round's machine figure (NaN when a copy did not get its thread).
-  double Machine(int calls, double t1) {
+  // The 1-worker slice (its time in *t1), then the two copies: the round's
+  // machine figure (NaN when a copy did not get its thread).
+  double Machine(int calls, double* t1) {
+    *t1 = Time(0, calls);
     double a, b;
     if (!Copies(calls, &a, &b)) return std::nan("");
-    return t1 / a + t1 / b;
+    return *t1 / a + *t1 / b;
   }
 };
 
@@ -682,7 +684,8 @@ double MachineFor(const Shape& s, const std::string& impl) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int r = 0; r < 15; ++r) {
     if (r >= 3 && MicrosSince(t0) >= kMachineCheckMicros) break;
-    const double x = c->Machine(calls, c->Time(0, calls));
+    double t1;
+    const double x = c->Machine(calls, &t1);
     if (x == x) m.push_back(x);
   }
   return c->ok ? Median(m) : std::nan("");
@@ -695,13 +698,11 @@ void RunScaling(benchmark::State& state, ScalingCase* c) {
     for (int r = 0; r < kScalingRounds; ++r) {
       double t1, t2, m;
       if (r % 2 == 0) {
-        t1 = c->Time(0, calls);
+        m = c->Machine(calls, &t1);
         t2 = c->Time(2, calls);
-        m = c->Machine(calls, t1);
       } else {
-        m = c->Machine(calls, c->Time(0, calls));
         t2 = c->Time(2, calls);
-        t1 = c->Time(0, calls);
+        m = c->Machine(calls, &t1);
       }
       speedup.push_back(t1 / t2);
       t1s.push_back(t1 / calls);

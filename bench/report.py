@@ -71,9 +71,17 @@ def fmt_speedup(base, t):
 def load(report_path):
     with open(report_path) as f:
         report = json.load(f)
-    medians, cvs, errors, order = {}, {}, {}, []
+    medians, cvs, errors, order, scaling = {}, {}, {}, [], []
     for b in report.get("benchmarks", []):
         parts = b.get("run_name", b["name"]).split("/")
+        if parts[0] == "scaling" and len(parts) >= 3:
+            # scaling/<shape>/<implementation>: one run, counters only
+            if b.get("error_occurred"):
+                scaling.append((parts[1], parts[2],
+                                {"error": b.get("error_message")}))
+            elif b.get("run_type") != "aggregate":
+                scaling.append((parts[1], parts[2], b))
+            continue
         if len(parts) < 4:
             continue
         if parts[0] == "limits":
@@ -96,23 +104,7 @@ def load(report_path):
             medians[key] = b
         elif b.get("aggregate_name") == "cv":
             cvs[key] = b.get("real_time", 0.0)  # a fraction
-    return report.get("context", {}), medians, cvs, errors, order
-
-
-def load_scaling(report_path):
-    """[(shape, implementation, counters)] of the scaling/... benchmarks."""
-    with open(report_path) as f:
-        report = json.load(f)
-    rows = []
-    for b in report.get("benchmarks", []):
-        parts = b.get("run_name", b["name"]).split("/")
-        if len(parts) < 3 or parts[0] != "scaling":
-            continue
-        if b.get("error_occurred"):
-            rows.append((parts[1], parts[2], {"error": b.get("error_message")}))
-        elif b.get("run_type") != "aggregate":
-            rows.append((parts[1], parts[2], b))
-    return rows
+    return report.get("context", {}), medians, cvs, errors, order, scaling
 
 
 def scaling_lines(rows):
@@ -414,7 +406,7 @@ def plot(medians, order, limits, out_dir, model):
 
 def main():
     report_path, out_dir, model, nproc, elapsed = sys.argv[1:6]
-    ctx, medians, cvs, errors, order = load(report_path)
+    ctx, medians, cvs, errors, order, scaling = load(report_path)
     limits = Limits(medians)
     lines = [
         "# qkv benchmark",
@@ -457,7 +449,7 @@ def main():
         "table",
         "",
     ]
-    lines += scaling_lines(load_scaling(report_path))
+    lines += scaling_lines(scaling)
     for title, keep in SECTIONS:
         table = attention_rows(medians, cvs, errors, order, limits, keep)
         if table:
