@@ -137,10 +137,10 @@ def scaling_lines(rows):
               "2 vs 1 worker", "machine: 2 copies vs 1",
               "efficiency", "2 vs 1 worker, machine >= %.1fx" % FULL_MACHINE]
     out = ["## Two workers against one, paired in time", "",
-           "Rounds of, in turn (about 0.4 ms each, the order flipped every "
-           "round): the shape on 1 worker, on 2 workers, and two copies of "
-           "the 1-worker call side by side on the pool's two threads (own "
-           "output and workspace). machine = t1/t_copy_a + t1/t_copy_b: what "
+           "Rounds of (about 0.4 ms each): the shape on 1 worker, then two "
+           "copies of the 1-worker call side by side on the pool's two "
+           "threads (own output and workspace), and the shape on 2 workers, "
+           "last and first in turn. machine = t1/t_copy_a + t1/t_copy_b: what "
            "this machine gives two threads for this work (2.00x: two full "
            "cores); efficiency = (2 vs 1 worker) / machine, round by round. "
            "Medians over the rounds. A VM does not always give its vCPUs a "
