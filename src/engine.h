@@ -29,37 +29,16 @@ struct Problem {
   float *out, *weights, *lse;  // weights and lse may be NULL
 };
 
-// Number of leading keys query row i of batch b may see after the causal and
-// valid-length masks (both only ever hide a suffix of the keys), in
-// [0, kv_len]. Bias may hide more keys inside that prefix.
-inline int64_t VisibleKeys(const Problem& p, int64_t b, int64_t i) {
-  int64_t limit = p.kv_len;
-  if (p.causal) {
-    const int64_t c = i + p.kv_len - p.q_len + 1;
-    limit = c < limit ? c : limit;
-  }
-  if (p.valid_lens != nullptr) {
-    const int64_t vl =
-        p.valid_lens[p.valid_lens_per_query ? b * p.q_len + i : b];
-    limit = vl < limit ? vl : limit;
-  }
-  return limit < 0 ? 0 : limit;
-}
-
-// Bias row for (batch b, query head h, query i), or NULL without a bias.
-inline const float* BiasRow(const Problem& p, int64_t b, int64_t h,
-                            int64_t i) {
-  if (p.bias == nullptr) return nullptr;
-  return p.bias + b * p.bias_batch_stride + h * p.bias_head_stride +
-         i * p.kv_len;
-}
-
 // Workspace slices handed to run_task start 64-byte aligned.
 constexpr size_t kWorkspaceAlign = 64;
 
-inline size_t AlignUp(size_t n) {
+// Internal linkage: this header is compiled into objects built for
+// different instruction sets (src/semantics.h says why that matters).
+namespace {  // NOLINT(build/namespaces)
+constexpr size_t AlignUp(size_t n) {
   return (n + kWorkspaceAlign - 1) & ~(kWorkspaceAlign - 1);
 }
+}  // namespace
 
 // One engine at one SIMD target. Tasks are a fixed split of the problem that
 // depends only on the Problem and the engine (never on the worker count), and

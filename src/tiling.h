@@ -20,8 +20,12 @@
 #include <string.h>
 
 #include "engine.h"
+#include "semantics.h"
 
 namespace qkv {
+// Internal linkage for everything here: this header is compiled into the
+// per-target SIMD objects (src/semantics.h says why that matters).
+namespace {  // NOLINT(build/namespaces)
 
 // Keys per online-softmax block: the score tile is kBlockKeys x R floats
 // (8 KiB with R = 32), which stays in L1 next to the packed queries.
@@ -89,16 +93,16 @@ inline Operands OperandsFor(const Problem& p, const unsigned char* shared,
     o.dim = p.head_dim;
     if (p.score == QKV_SCORE_GAUSSIAN) {
       o.q_scale = 1.0f;
-      o.finish = -p.scale;
+      o.finish = ScoreFactor(p);  // -scale
       o.kind = kGaussian;
     } else if (p.scale >= -1.0f && p.scale <= 1.0f) {
       // |scale * q[t]| <= |q[t]|: folding the scale in cannot overflow.
-      o.q_scale = p.scale;
+      o.q_scale = ScoreFactor(p);  // scale
       o.finish = 1.0f;
       o.kind = kDot;
     } else {
       o.q_scale = 1.0f;
-      o.finish = p.scale;
+      o.finish = ScoreFactor(p);  // scale
       o.kind = kDotScaled;
     }
   }
@@ -305,7 +309,10 @@ struct Tile {
   float* inv_l;        // [R] 1 / sum
   float* sum;          // [R] sum
   float* tail;         // [lanes] scratch for partial vectors
-  int32_t* limit;      // [R] visible keys per row (0 for padding lanes)
+  int32_t* lo;         // [R] first visible key per row
+  int32_t* hi;         // [R] end of the visible keys (lo = hi = 0: padding)
+  float* rel_lo;       // [R] lo and hi relative to the current block,
+  float* rel_hi;       // [R] clamped to [0, kBlockKeys]: exact in float
   int64_t* row;        // [R] flat row index into q, out, weights, lse
   const float** bias;  // [R] bias row or NULL
   // Row path: keys in lanes.
@@ -362,7 +369,10 @@ inline size_t LayoutTile(const Problem& p, size_t lanes, unsigned char* base,
   unsigned char* inv_l = take(r * 4);
   unsigned char* sum = take(r * 4);
   unsigned char* tail = take(lanes * 4);
-  unsigned char* limit = take(r * 4);
+  unsigned char* lo = take(r * 4);
+  unsigned char* hi = take(r * 4);
+  unsigned char* rel_lo = take(r * 4);
+  unsigned char* rel_hi = take(r * 4);
   unsigned char* row = take(r * 8);
   unsigned char* bias = take(r * sizeof(const float*));
   unsigned char* q_rows = take(kRowPathMaxRows * dim * 4);
@@ -376,7 +386,10 @@ inline size_t LayoutTile(const Problem& p, size_t lanes, unsigned char* base,
     tile->inv_l = reinterpret_cast<float*>(inv_l);
     tile->sum = reinterpret_cast<float*>(sum);
     tile->tail = reinterpret_cast<float*>(tail);
-    tile->limit = reinterpret_cast<int32_t*>(limit);
+    tile->lo = reinterpret_cast<int32_t*>(lo);
+    tile->hi = reinterpret_cast<int32_t*>(hi);
+    tile->rel_lo = reinterpret_cast<float*>(rel_lo);
+    tile->rel_hi = reinterpret_cast<float*>(rel_hi);
     tile->row = reinterpret_cast<int64_t*>(row);
     tile->bias = reinterpret_cast<const float**>(bias);
     tile->q_rows = reinterpret_cast<float*>(q_rows);
@@ -408,32 +421,77 @@ struct RowWalker {
   }
 };
 
-// Tile path: row index, key limit and bias row of each of the R lanes
-// (lanes >= rows are padding: limit 0, never written out), and the range of
-// limits over the real rows; zeroes the transposed output.
-inline void SetUpTileRows(const Problem& p, int64_t b, int64_t kvh,
-                          int64_t r0, int64_t rows, size_t R,
-                          const Tile& tile, int64_t* min_limit,
-                          int64_t* max_limit) {
-  *min_limit = p.kv_len;
-  *max_limit = 0;
+// The keys a set of rows sees, summarized for block skipping: blocks
+// outside [begin, end) are never computed, and blocks inside
+// [full_begin, full_end) need no mask (every row sees all of their keys).
+struct RowsSpan {
+  int64_t begin, end;            // min lo, max hi (begin = end: nothing)
+  int64_t full_begin, full_end;  // max lo, min hi
+  void Add(const KeyInterval& k) {
+    if (k.lo >= k.hi) {  // sees nothing: no key is fully visible
+      full_end = 0;
+      return;
+    }
+    begin = k.lo < begin ? k.lo : begin;
+    end = k.hi > end ? k.hi : end;
+    full_begin = k.lo > full_begin ? k.lo : full_begin;
+    full_end = k.hi < full_end ? k.hi : full_end;
+  }
+  // True when some row does not see every key of [j0, j0 + nb).
+  bool Masks(int64_t j0, int64_t nb) const {
+    return j0 < full_begin || j0 + nb > full_end;
+  }
+};
+
+inline RowsSpan EmptySpan(const Problem& p) {
+  RowsSpan s;
+  s.begin = p.kv_len;
+  s.end = 0;
+  s.full_begin = 0;
+  s.full_end = p.kv_len;
+  return s;
+}
+
+// Tile path: row index, key interval and bias row of each of the R lanes
+// (lanes >= rows are padding: an empty interval, never written out), the
+// span of the real rows' intervals, and the transposed output zeroed.
+inline RowsSpan SetUpTileRows(const Problem& p, int64_t b, int64_t kvh,
+                              int64_t r0, int64_t rows, size_t R,
+                              const Tile& tile) {
+  RowsSpan span = EmptySpan(p);
   RowWalker at(p, kvh, r0);
   for (size_t r = 0; r < R; ++r) {
     if (static_cast<int64_t>(r) < rows) {
-      const int64_t limit = VisibleKeys(p, b, at.i);
+      const KeyInterval keys = RowKeys(p, b, at.i);
       tile.row[r] = at.Row(p, b);
-      tile.limit[r] = static_cast<int32_t>(limit);
+      tile.lo[r] = static_cast<int32_t>(keys.lo);
+      tile.hi[r] = static_cast<int32_t>(keys.hi);
       tile.bias[r] = BiasRow(p, b, at.h, at.i);
       at.Next(p);
-      *min_limit = limit < *min_limit ? limit : *min_limit;
-      *max_limit = limit > *max_limit ? limit : *max_limit;
+      span.Add(keys);
     } else {
-      tile.limit[r] = 0;
+      tile.lo[r] = 0;
+      tile.hi[r] = 0;
       tile.bias[r] = nullptr;
     }
   }
+  if (span.begin > span.end) span.begin = span.end;
   for (size_t i = 0; i < static_cast<size_t>(p.value_dim) * R; ++i) {
     tile.ot[i] = 0.0f;
+  }
+  return span;
+}
+
+// The tile's key intervals relative to block [j0, j0 + kBlockKeys),
+// clamped to [0, kBlockKeys]: small integers, exact in float, so the
+// mask is a float compare with the key's index in the block.
+inline void RelativeIntervals(const Tile& tile, size_t R, int64_t j0) {
+  for (size_t r = 0; r < R; ++r) {
+    int64_t lo = tile.lo[r] - j0, hi = tile.hi[r] - j0;
+    lo = lo < 0 ? 0 : (lo > kBlockKeys ? kBlockKeys : lo);
+    hi = hi < 0 ? 0 : (hi > kBlockKeys ? kBlockKeys : hi);
+    tile.rel_lo[r] = static_cast<float>(lo);
+    tile.rel_hi[r] = static_cast<float>(hi);
   }
 }
 
@@ -452,27 +510,29 @@ inline void PackQueriesScalar(const Operands& op, int64_t rows, size_t R,
   }
 }
 
-// Row path: rows, limits, bias rows, running max and sum, packed queries and
-// zeroed outputs of every row of (b, kvh). Returns the largest limit.
-inline int64_t SetUpRowPath(const Problem& p, const Operands& op, int64_t b,
-                            int64_t kvh, int64_t rows, const Tile& tile) {
+// Row path: rows, key intervals, bias rows, running max and sum, packed
+// queries and zeroed outputs of every row of (b, kvh). Returns their span.
+inline RowsSpan SetUpRowPath(const Problem& p, const Operands& op, int64_t b,
+                             int64_t kvh, int64_t rows, const Tile& tile) {
   const int64_t d = op.dim, dv = p.value_dim;
-  int64_t max_limit = 0;
+  RowsSpan span = EmptySpan(p);
   RowWalker at(p, kvh);
   for (int64_t r = 0; r < rows; ++r) {
     tile.row[r] = at.Row(p, b);
-    const int64_t limit = VisibleKeys(p, b, at.i);
-    tile.limit[r] = static_cast<int32_t>(limit);
+    const KeyInterval keys = RowKeys(p, b, at.i);
+    tile.lo[r] = static_cast<int32_t>(keys.lo);
+    tile.hi[r] = static_cast<int32_t>(keys.hi);
     tile.bias[r] = BiasRow(p, b, at.h, at.i);
     at.Next(p);
     tile.m[r] = -INFINITY;
     tile.sum[r] = 0.0f;
-    max_limit = limit > max_limit ? limit : max_limit;
+    span.Add(keys);
     const float* q = op.q + tile.row[r] * d;
     for (int64_t t = 0; t < d; ++t) tile.q_rows[r * d + t] = q[t] * op.q_scale;
     for (int64_t c = 0; c < dv; ++c) tile.o_rows[r * dv + c] = 0.0f;
   }
-  return max_limit;
+  if (span.begin > span.end) span.begin = span.end;
+  return span;
 }
 
 // Flash-decoding: stores this split's (max, sum, output) per row; the split
@@ -521,10 +581,11 @@ inline void AddBias(const float* bias_row, int64_t j0, int64_t nb,
   const float* bias = bias_row + j0;
   for (int64_t j = 0; j < nb; ++j) {
     float& s = st[static_cast<size_t>(j) * stride];
-    s = bias[j] == -INFINITY ? -INFINITY : s + bias[j];
+    s = WithBias(s, bias[j]);
   }
 }
 
+}  // namespace
 }  // namespace qkv
 
 #endif  // QKV_SRC_TILING_H_

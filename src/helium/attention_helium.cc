@@ -32,6 +32,7 @@
 #include <math.h>
 
 #include "engine.h"
+#include "semantics.h"
 
 namespace qkv {
 namespace {
@@ -285,26 +286,29 @@ __attribute__((noinline)) void WeightedRow(const float* p, const float* v, int32
   }
 }
 
-// The outputs of row `row` past `out`: weights (scores holds the exps, sum
-// their total) and lse, when asked for.
+// The outputs of row `row` past `out`: weights (scores holds the exps of
+// keys [lo, lo + visible), sum their total) and lse, when asked for.
 __attribute__((noinline)) void RowExtras(const Problem& p, size_t row,
-                                         const float* scores, int32_t visible,
-                                         float max_score, float sum) {
-  const float inv_sum = sum > 0.0f ? 1.0f / sum : 0.0f;
+                                         const float* scores, int32_t lo,
+                                         int32_t visible, float max_score,
+                                         float sum) {
+  const RowFinish f = FinishRow(max_score, sum);
   if (p.weights != nullptr) {
     const size_t lk = static_cast<size_t>(p.kv_len);
     float* w = p.weights + row * lk;
-    const int32_t shown = sum > 0.0f ? visible : 0;
+    for (int32_t j = 0; j < lo; ++j) w[j] = 0.0f;
+    w += lo;
+    const int32_t shown = f.seen ? visible : 0;
     for (int32_t j = 0; j < shown; j += 4) {
       const mve_pred16_t t = vctp32q(static_cast<uint32_t>(shown - j));
-      vstrwq_p_f32(w + j, vmulq_n_f32(vldrwq_z_f32(scores + j, t), inv_sum),
+      vstrwq_p_f32(w + j, vmulq_n_f32(vldrwq_z_f32(scores + j, t), f.inv_l),
                    t);
     }
-    for (size_t j = static_cast<size_t>(shown); j < lk; ++j) w[j] = 0.0f;
+    for (size_t j = static_cast<size_t>(lo + shown); j < lk; ++j) {
+      w[j - static_cast<size_t>(lo)] = 0.0f;
+    }
   }
-  if (p.lse != nullptr) {
-    p.lse[row] = sum > 0.0f ? max_score + logf(sum) : -INFINITY;
-  }
+  if (p.lse != nullptr) p.lse[row] = f.lse;
 }
 
 // Query row i of (batch b, head h) against that head's keys k and values v.
@@ -318,17 +322,22 @@ __attribute__((noinline)) void Row(const Problem& p, const float* k,
   const int32_t d = static_cast<int32_t>(p.head_dim);
   const int32_t dv = static_cast<int32_t>(p.value_dim);
   float* out = p.out + row * static_cast<size_t>(dv);
-  const int32_t visible = static_cast<int32_t>(
-      VisibleKeys(p, static_cast<int64_t>(b), static_cast<int64_t>(i)));
+  const KeyInterval keys =
+      RowKeys(p, static_cast<int64_t>(b), static_cast<int64_t>(i));
+  const int32_t lo = static_cast<int32_t>(keys.lo);
+  const int32_t visible = static_cast<int32_t>(keys.hi - keys.lo);
+  k += static_cast<size_t>(lo) * static_cast<size_t>(d);
+  v += static_cast<size_t>(lo) * static_cast<size_t>(dv);
   {
     const float* q = p.q + row * static_cast<size_t>(d);
     const float* bias = BiasRow(p, static_cast<int64_t>(b),
                                 static_cast<int64_t>(h),
                                 static_cast<int64_t>(i));
+    if (bias != nullptr) bias += lo;
     const float max_score =
         p.score == QKV_SCORE_GAUSSIAN
-            ? ScoreRow<true>(q, k, visible, d, -p.scale, bias, scores)
-            : ScoreRow<false>(q, k, visible, d, p.scale, bias, scores);
+            ? ScoreRow<true>(q, k, visible, d, ScoreFactor(p), bias, scores)
+            : ScoreRow<false>(q, k, visible, d, ScoreFactor(p), bias, scores);
     float sum = 0.0f;
     bool has_zero = false;
     if (max_score != -INFINITY) {
@@ -345,7 +354,7 @@ __attribute__((noinline)) void Row(const Problem& p, const float* k,
       }
     }
     if (p.weights != nullptr || p.lse != nullptr) {
-      RowExtras(p, row, scores, visible, max_score, sum);
+      RowExtras(p, row, scores, lo, visible, max_score, sum);
     }
   }
 }

@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "engine.h"
+#include "semantics.h"
 
 namespace qkv {
 namespace {
@@ -73,6 +74,7 @@ void RunTask(const Problem& p, size_t task, const unsigned char*,
   float* key_proj = scores + lk;                       // ADDITIVE only
   float* query_proj = key_proj + lk * p.additive_hidden;  // ADDITIVE only
   const int64_t hidden = p.additive_hidden;
+  const float factor = ScoreFactor(p);
 
   if (p.score == QKV_SCORE_ADDITIVE) {
     for (int64_t j = 0; j < lk; ++j) {
@@ -85,63 +87,61 @@ void RunTask(const Problem& p, size_t task, const unsigned char*,
     const float* q = p.q + row * d;
     float* out = p.out + row * dv;
     float* weights = p.weights ? p.weights + row * lk : nullptr;
-    const int64_t visible = VisibleKeys(p, b, i);
+    const KeyInterval keys = RowKeys(p, b, i);
     const float* bias = BiasRow(p, b, h, i);
 
     if (p.score == QKV_SCORE_ADDITIVE) Project(p.w_q, q, hidden, d, query_proj);
     float max_score = -INFINITY;
-    for (int64_t j = 0; j < visible; ++j) {
-      float s;
+    for (int64_t j = keys.lo; j < keys.hi; ++j) {
+      float raw;
       if (p.score == QKV_SCORE_DOT) {
-        s = p.scale * Dot(q, k + j * d, d);
+        raw = Dot(q, k + j * d, d);
       } else if (p.score == QKV_SCORE_GAUSSIAN) {
-        float dist = 0.0f;
+        raw = 0.0f;
         for (int64_t t = 0; t < d; ++t) {
           const float diff = q[t] - k[j * d + t];
-          dist += diff * diff;
+          raw += diff * diff;
         }
-        s = -p.scale * dist;
       } else {
         const float* kp = key_proj + j * hidden;
-        s = 0.0f;
+        raw = 0.0f;
         for (int64_t u = 0; u < hidden; ++u) {
-          s += p.w_v[u] * tanhf(query_proj[u] + kp[u]);
+          raw += p.w_v[u] * tanhf(query_proj[u] + kp[u]);
         }
       }
-      // -inf hides the key whatever its score (even NaN from a bad key).
-      if (bias != nullptr) s = bias[j] == -INFINITY ? -INFINITY : s + bias[j];
+      float s = factor * raw;
+      if (bias != nullptr) s = WithBias(s, bias[j]);
       scores[j] = s;
       if (s > max_score) max_score = s;
     }
 
     float sum = 0.0f;
     if (max_score != -INFINITY) {
-      for (int64_t j = 0; j < visible; ++j) {
+      for (int64_t j = keys.lo; j < keys.hi; ++j) {
         scores[j] = expf(scores[j] - max_score);
         sum += scores[j];
       }
     }
     // sum >= 1 whenever a key is visible (the max contributes exp(0)).
-    const float inv_sum = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const RowFinish f = FinishRow(max_score, sum);
 
     for (int64_t c = 0; c < dv; ++c) out[c] = 0.0f;
-    if (sum > 0.0f) {
-      for (int64_t j = 0; j < visible; ++j) {
+    if (f.seen) {
+      for (int64_t j = keys.lo; j < keys.hi; ++j) {
         const float pj = scores[j];
         if (pj == 0.0f) continue;  // a hidden key never touches out
         const float* vj = v + j * dv;
         for (int64_t c = 0; c < dv; ++c) out[c] += pj * vj[c];
       }
-      for (int64_t c = 0; c < dv; ++c) out[c] *= inv_sum;
+      for (int64_t c = 0; c < dv; ++c) out[c] *= f.inv_l;
     }
     if (weights != nullptr) {
       for (int64_t j = 0; j < lk; ++j) {
-        weights[j] = (j < visible && sum > 0.0f) ? scores[j] * inv_sum : 0.0f;
+        const bool shown = f.seen && j >= keys.lo && j < keys.hi;
+        weights[j] = shown ? scores[j] * f.inv_l : 0.0f;
       }
     }
-    if (p.lse != nullptr) {
-      p.lse[row] = sum > 0.0f ? max_score + logf(sum) : -INFINITY;
-    }
+    if (p.lse != nullptr) p.lse[row] = f.lse;
   }
 }
 

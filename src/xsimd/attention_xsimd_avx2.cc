@@ -1,6 +1,20 @@
-// The xsimd engine for AVX2 with FMA3 (Haswell and later).
-// Compiled with -mavx2 -mfma (src/xsimd/sources.cmake); the kernels are in
-// attention_xsimd-inl.h, instantiated here once for xsimd::fma3<xsimd::avx2>.
-#include "xsimd/attention_xsimd-inl.h"
+// The xsimd engine for AVX2 with FMA3 (Haswell and later): the FlashAttention
+// pipeline (src/pipeline/flash-inl.h) over xsimd::fma3<avx2> (ops_xsimd-inl.h),
+// compiled with that architecture's flags (src/xsimd/sources.cmake) inside
+// its own namespace, so that nothing here shares a linkage name with code
+// built for another instruction set.
+#define QKV_SIMD_NAMESPACE xsimd_avx2
+#include "engine.h"
+#include "tiling.h"
+#include "xsimd/ops_xsimd-inl.h"
+#include "pipeline/flash-inl.h"
 
-QKV_XSIMD_DEFINE_ENGINE(XsimdAvx2Engine, "xsimd:avx2", xsimd::fma3<xsimd::avx2>, 4, true)
+namespace qkv {
+
+const Engine* XsimdAvx2Engine() {
+  using Kernel = xsimd_avx2::Flash<xsimd_avx2::XsimdOps<xsimd::fma3<xsimd::avx2>>>;
+  static constexpr Engine kEngine = Kernel::MakeEngine("xsimd:avx2");
+  return &kEngine;
+}
+
+}  // namespace qkv

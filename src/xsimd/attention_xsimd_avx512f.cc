@@ -1,18 +1,26 @@
-// The xsimd engine for AVX-512 (F, CD, DQ, BW, VL; Skylake-X and later) with FMA.
-// Compiled with -mavx512f -mavx512cd -mavx512dq -mavx512bw -mavx512vl -mfma (src/xsimd/sources.cmake); the kernels are in
-// attention_xsimd-inl.h, instantiated here once for xsimd::avx512f.
-// GCC 12's own AVX-512 intrinsics (_mm512_undefined_ps in
-// _mm512_roundscale_round_ps, _mm512_cvttps_epi32, ...) trip a false
-// -Wmaybe-uninitialized when inlined deep into xsimd::tanh, and a false
-// -Wuninitialized in _mm512_unpacklo_ps and friends when inlined into the
-// transposes at -O1 (the tsan build) (GCC bug 105593, fixed in GCC 13). The
-// pragmas stay on for the whole file because GCC reports the warnings after
-// inlining, at the end of the translation unit.
+// The xsimd engine for AVX-512 (the Skylake-X set): the FlashAttention
+// pipeline (src/pipeline/flash-inl.h) over xsimd::avx512f (ops_xsimd-inl.h),
+// compiled with that architecture's flags (src/xsimd/sources.cmake) inside
+// its own namespace, so that nothing here shares a linkage name with code
+// built for another instruction set.
+// GCC 12 warns falsely of uninitialized values in _mm512_unpack*_ps inlined
+// into the transposes at -O1 (GCC bug 105593).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
+#define QKV_SIMD_NAMESPACE xsimd_avx512f
+#include "engine.h"
+#include "tiling.h"
+#include "xsimd/ops_xsimd-inl.h"
+#include "pipeline/flash-inl.h"
 
-#include "xsimd/attention_xsimd-inl.h"
+namespace qkv {
 
-QKV_XSIMD_DEFINE_ENGINE(XsimdAvx512fEngine, "xsimd:avx512f", xsimd::avx512f, 8, true)
+const Engine* XsimdAvx512fEngine() {
+  using Kernel = xsimd_avx512f::Flash<xsimd_avx512f::XsimdOps<xsimd::avx512f>>;
+  static constexpr Engine kEngine = Kernel::MakeEngine("xsimd:avx512f");
+  return &kEngine;
+}
+
+}  // namespace qkv

@@ -1,6 +1,20 @@
-// The xsimd engine for ARMv7 NEON (16 quad registers).
-// Compiled with -mfpu=neon-vfpv4 (src/xsimd/sources.cmake); the kernels are in
-// attention_xsimd-inl.h, instantiated here once for xsimd::neon.
-#include "xsimd/attention_xsimd-inl.h"
+// The xsimd engine for 32-bit ARM NEON (VFPv4): the FlashAttention
+// pipeline (src/pipeline/flash-inl.h) over xsimd::neon (ops_xsimd-inl.h),
+// compiled with that architecture's flags (src/xsimd/sources.cmake) inside
+// its own namespace, so that nothing here shares a linkage name with code
+// built for another instruction set.
+#define QKV_SIMD_NAMESPACE xsimd_neon
+#include "engine.h"
+#include "tiling.h"
+#include "xsimd/ops_xsimd-inl.h"
+#include "pipeline/flash-inl.h"
 
-QKV_XSIMD_DEFINE_ENGINE(XsimdNeonEngine, "xsimd:neon", xsimd::neon, 4, false)
+namespace qkv {
+
+const Engine* XsimdNeonEngine() {
+  using Kernel = xsimd_neon::Flash<xsimd_neon::XsimdOps<xsimd::neon>>;
+  static constexpr Engine kEngine = Kernel::MakeEngine("xsimd:neon");
+  return &kEngine;
+}
+
+}  // namespace qkv

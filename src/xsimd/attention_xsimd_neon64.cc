@@ -1,6 +1,20 @@
-// The xsimd engine for AArch64 Advanced SIMD (32 vector registers).
-// Compiled with AArch64 baseline (src/xsimd/sources.cmake); the kernels are in
-// attention_xsimd-inl.h, instantiated here once for xsimd::neon64.
-#include "xsimd/attention_xsimd-inl.h"
+// The xsimd engine for AArch64 Advanced SIMD: the FlashAttention
+// pipeline (src/pipeline/flash-inl.h) over xsimd::neon64 (ops_xsimd-inl.h),
+// compiled with that architecture's flags (src/xsimd/sources.cmake) inside
+// its own namespace, so that nothing here shares a linkage name with code
+// built for another instruction set.
+#define QKV_SIMD_NAMESPACE xsimd_neon64
+#include "engine.h"
+#include "tiling.h"
+#include "xsimd/ops_xsimd-inl.h"
+#include "pipeline/flash-inl.h"
 
-QKV_XSIMD_DEFINE_ENGINE(XsimdNeon64Engine, "xsimd:neon64", xsimd::neon64, 8, false)
+namespace qkv {
+
+const Engine* XsimdNeon64Engine() {
+  using Kernel = xsimd_neon64::Flash<xsimd_neon64::XsimdOps<xsimd::neon64>>;
+  static constexpr Engine kEngine = Kernel::MakeEngine("xsimd:neon64");
+  return &kEngine;
+}
+
+}  // namespace qkv

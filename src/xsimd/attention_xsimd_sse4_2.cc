@@ -1,6 +1,20 @@
-// The xsimd engine for SSE4.2 (no FMA: xsimd::fma is a multiply then an add, as in Highway's SSE4 target).
-// Compiled with -msse4.2 (src/xsimd/sources.cmake); the kernels are in
-// attention_xsimd-inl.h, instantiated here once for xsimd::sse4_2.
-#include "xsimd/attention_xsimd-inl.h"
+// The xsimd engine for SSE4.2: the FlashAttention
+// pipeline (src/pipeline/flash-inl.h) over xsimd::sse4_2 (ops_xsimd-inl.h),
+// compiled with that architecture's flags (src/xsimd/sources.cmake) inside
+// its own namespace, so that nothing here shares a linkage name with code
+// built for another instruction set.
+#define QKV_SIMD_NAMESPACE xsimd_sse4_2
+#include "engine.h"
+#include "tiling.h"
+#include "xsimd/ops_xsimd-inl.h"
+#include "pipeline/flash-inl.h"
 
-QKV_XSIMD_DEFINE_ENGINE(XsimdSse42Engine, "xsimd:sse4.2", xsimd::sse4_2, 4, false)
+namespace qkv {
+
+const Engine* XsimdSse42Engine() {
+  using Kernel = xsimd_sse4_2::Flash<xsimd_sse4_2::XsimdOps<xsimd::sse4_2>>;
+  static constexpr Engine kEngine = Kernel::MakeEngine("xsimd:sse4.2");
+  return &kEngine;
+}
+
+}  // namespace qkv

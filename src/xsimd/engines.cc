@@ -7,11 +7,10 @@
 // libqkv.a must not reference the C++ runtime. The check runs once, when the
 // engine list is made (src/dispatch.cc).
 //
-// This file is compiled with the baseline flags. It comes first in
-// QKV_XSIMD_SOURCES and the per-architecture files follow from the smallest
-// instruction set to the largest, so that when several objects carry a copy
-// of an inline function from a shared header (tiling.h), the linker keeps the
-// copy compiled with the fewest instruction-set extensions.
+// This file is compiled with the baseline flags; the per-architecture files
+// keep their code in per-architecture namespaces (and shared headers'
+// helpers have internal linkage), so no object built for one instruction set
+// defines a symbol another can bind to.
 #include "engine.h"
 
 #if QKV_XSIMD_NEON && defined(__linux__)

@@ -1,8 +1,7 @@
 # The xsimd engine's sources (included by the top-level CMakeLists.txt when
 # xsimd/xsimd.hpp is found). Sets QKV_XSIMD_SOURCES: engines.cc (baseline
 # flags, the runtime CPU check) and one kernel file per architecture, each
-# compiled with that architecture's flags. Order matters: engines.cc first,
-# then from the smallest instruction set to the largest (see engines.cc).
+# compiled with that architecture's flags.
 set(_qkv_xs ${CMAKE_CURRENT_LIST_DIR})
 set(QKV_XSIMD_SOURCES ${_qkv_xs}/engines.cc)
 set(_qkv_xs_defs "")

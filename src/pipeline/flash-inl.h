@@ -1,0 +1,983 @@
+// The FlashAttention pipeline of the SIMD engines, written once: Flash<O>
+// for a vector-operations layer O (src/highway/ops_hwy-inl.h,
+// src/xsimd/ops_xsimd-inl.h). Each engine compiles it once per SIMD target,
+// inside that target's namespace (QKV_SIMD_NAMESPACE: Highway's
+// HWY_NAMESPACE, or the xsimd architecture's), so nothing here is ever
+// shared between objects built for different instruction sets.
+//
+// Stages, for a block of keys [j0, j0 + nb):
+//   K/V source   the (batch, kv head)'s key and value rows (Operands; dense
+//                f32 read in place, additive scores read projections).
+//   scores       st[j][r] for the rows in lanes (tile path: R = RV * N
+//                query rows of one kv head's GQA group, queries packed
+//                transposed, keys broadcast) or keys in lanes (row path:
+//                decoding, at most kRowPathMaxRows rows; tiny path: kv_len
+//                <= N). The score kind's accumulation and finishing factor
+//                live here (ScoreTerm, the factor applied as scores leave
+//                their registers).
+//   epilogue     per block, only when needed: bias, then the rows' key
+//                intervals [lo, hi) (src/semantics.h) as a mask. Blocks
+//                outside every row's interval are skipped at both ends.
+//   softmax      online: a running max m and sum l per row, one rescale of
+//                the output per block.
+//   output       o = o * alpha + p V, transposed in the tile path.
+//   finisher     FinishRow: out = o / l, lse = m + log(l), weights
+//                normalized from the raw scores, for every path.
+//
+// exp is ExpNonPositive (max error 1.03 ulp on [-87, 0] with FMA, 0 below
+// -87): its argument here is always <= 0 or -inf.
+//
+// The includer has included engine.h, tiling.h and the ops layer, and
+// defined QKV_SIMD_NAMESPACE. Per-target include guard (Highway's
+// convention): foreach_target includes this once per target.
+#if defined(QKV_PIPELINE_FLASH_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QKV_PIPELINE_FLASH_INL_H_
+#undef QKV_PIPELINE_FLASH_INL_H_
+#else
+#define QKV_PIPELINE_FLASH_INL_H_
+#endif
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <type_traits>
+
+#include "engine.h"
+#include "semantics.h"
+#include "tiling.h"
+
+#ifndef QKV_SIMD_NAMESPACE
+#error "define QKV_SIMD_NAMESPACE (the per-target namespace) first"
+#endif
+
+#ifdef HWY_BEFORE_NAMESPACE
+HWY_BEFORE_NAMESPACE();
+#endif
+namespace qkv {
+namespace QKV_SIMD_NAMESPACE {
+
+// Accumulators are named variables, not arrays (SVE vectors are sizeless
+// and cannot be array elements); lanes u >= U of an unroll are compiled
+// away.
+#undef QKV_UNROLL8
+#define QKV_UNROLL8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+
+template <class O>
+struct Flash {
+  using V = typename O::V;
+
+  // exp(x) for the arguments softmax has here: x <= 0, or -inf. Results
+  // below FLT_MIN (x < -87) are flushed to 0: those terms are under 1e-38 of
+  // the row's largest weight, far below the accuracy bound, and flushing
+  // keeps every intermediate normal (x86 takes a microcode assist on
+  // subnormals). Method: x = n ln2 + r with n = round(x / ln2) in [-126, 0],
+  // rounded by adding 1.5 * 2^23 (n lands in the low mantissa bits, which
+  // also give the exponent of 2^n), |r| <= ln2/2 with ln2 in two parts (r
+  // exact to ~1e-10), then exp(r) by a degree-6 polynomial fitted for least
+  // maximum relative error on [-ln2/2, ln2/2] (2e-9). Max error 1.03 ulp on
+  // [-87, 0] (the fit and that error: bench/exp_fit.py;
+  // tests/softmax_ulp_test.cc holds every engine's softmax in ulps). 16
+  // operations per vector, 11 of them on the FMA pipes.
+  static inline V ExpNonPositive(V x) {
+    const V lowest = O::Set(-87.0f);
+    const V round = O::Set(12582912.0f);  // 1.5 * 2^23
+    const V xc = O::Max(x, lowest);
+    const V t = O::MulAdd(xc, O::Set(1.44269504088896341f), round);
+    const V nf = O::Sub(t, round);
+    V r = O::MulAdd(nf, O::Set(-0.693145751953125f), xc);
+    r = O::MulAdd(nf, O::Set(-1.428606765330187045e-6f), r);
+    V poly = O::Set(0.0013843622291460633f);
+    poly = O::MulAdd(poly, r, O::Set(0.0083741797134280205f));
+    poly = O::MulAdd(poly, r, O::Set(0.041668005287647247f));
+    poly = O::MulAdd(poly, r, O::Set(0.16666430234909058f));
+    poly = O::MulAdd(poly, r, O::Set(0.49999994039535522f));
+    poly = O::MulAdd(poly, r, O::Set(1.0f));
+    poly = O::MulAdd(poly, r, O::Set(1.0f));
+    return O::IfThenZeroElse(O::Lt(x, lowest),
+                             O::Mul(poly, O::Pow2FromRounded(t)));
+  }
+
+  // One term of a score's sum: q . k (DOT), |q - k|^2 (GAUSSIAN), or
+  // w_v tanh(q + k) (ADDITIVE, on projections).
+  template <int kKind>
+  static inline V ScoreTerm(V q, V k, V w, V acc) {
+    if (kKind == kAdditive) return O::MulAdd(w, O::Tanh(O::Add(q, k)), acc);
+    if (kKind == kGaussian) {
+      const V e = O::Sub(q, k);
+      return O::MulAdd(e, e, acc);
+    }
+    return O::MulAdd(q, k, acc);
+  }
+
+  template <int kKind>
+  static float ScoreTermScalar(float q, float k, float w) {
+    if (kKind == kAdditive) return w * tanhf(q + k);
+    if (kKind == kGaussian) return (q - k) * (q - k);
+    return q * k;
+  }
+
+  // ---------------------------------------------------------- tile path
+
+  // st[j][*] for keys j < U of the block starting at k, RV row vectors
+  // (R = RV * N lanes), times the kind's finishing factor where it has one
+  // (GAUSSIAN: -scale, kDotScaled: scale).
+  template <int RV, int U, int kKind>
+  __attribute__((noinline)) static void ScoreKeys(
+      const float* __restrict qt, size_t R, const float* __restrict k,
+      int64_t d, float finish_scale, const float* __restrict w_v,
+      float* __restrict st) {
+    const size_t N = O::Lanes();
+    const V finish = O::Set(finish_scale);
+    constexpr bool kFinish = kKind == kGaussian || kKind == kDotScaled;
+    (void)w_v;
+#define QKV_DECL(u)                                          \
+  const float* __restrict k##u = k + (u < U ? u : 0) * d;    \
+  V a##u##0 = O::Zero(), a##u##1 = O::Zero();
+    QKV_UNROLL8(QKV_DECL)
+#undef QKV_DECL
+    for (int64_t t = 0; t < d; ++t) {
+      const V q0 = O::Load(qt + t * R);
+      const V q1 = RV > 1 ? O::Load(qt + t * R + N) : q0;
+      const V w = kKind == kAdditive ? O::Set(w_v[t]) : q0;
+#define QKV_STEP(u)                                               \
+  if (u < U) {                                                    \
+    const V b = O::Set(k##u[t]);                                  \
+    a##u##0 = ScoreTerm<kKind>(q0, b, w, a##u##0);                \
+    if (RV > 1) a##u##1 = ScoreTerm<kKind>(q1, b, w, a##u##1);    \
+  }
+      QKV_UNROLL8(QKV_STEP)
+#undef QKV_STEP
+    }
+#define QKV_STORE(u)                                       \
+  if (u < U) {                                             \
+    V s0 = a##u##0, s1 = a##u##1;                          \
+    if (kFinish) {                                         \
+      s0 = O::Mul(s0, finish);                             \
+      s1 = O::Mul(s1, finish);                             \
+    }                                                      \
+    O::Store(s0, st + u * R);                              \
+    if (RV > 1) O::Store(s1, st + u * R + N);              \
+  }
+    QKV_UNROLL8(QKV_STORE)
+#undef QKV_STORE
+  }
+
+  template <int RV, int kKind>
+  static void ScoresOf(const float* __restrict qt, size_t R,
+                       const float* __restrict k, int64_t d, int64_t nb,
+                       float finish, const float* __restrict w_v,
+                       float* __restrict st, PrefetchStream* pf) {
+    int64_t j = 0;
+    for (; j + O::kUnroll <= nb; j += O::kUnroll) {
+      pf->Step();
+      ScoreKeys<RV, O::kUnroll, kKind>(qt, R, k + j * d, d, finish, w_v,
+                                       st + j * R);
+    }
+    for (; j < nb; ++j) {
+      ScoreKeys<RV, 1, kKind>(qt, R, k + j * d, d, finish, w_v, st + j * R);
+    }
+  }
+
+  // The score kind, chosen once per block.
+  template <int RV>
+  static void Scores(const Operands& op, const float* w_v,
+                     const float* __restrict qt, size_t R,
+                     const float* __restrict k, int64_t nb,
+                     float* __restrict st, PrefetchStream* pf) {
+    const int64_t d = op.dim;
+    switch (op.kind) {
+      case kAdditive:
+        return ScoresOf<RV, kAdditive>(qt, R, k, d, nb, 1.0f, w_v, st, pf);
+      case kGaussian:
+        return ScoresOf<RV, kGaussian>(qt, R, k, d, nb, op.finish, w_v, st,
+                                       pf);
+      case kDotScaled:
+        return ScoresOf<RV, kDotScaled>(qt, R, k, d, nb, op.finish, w_v, st,
+                                        pf);
+      default:
+        return ScoresOf<RV, kDot>(qt, R, k, d, nb, 1.0f, w_v, st, pf);
+    }
+  }
+
+  // The block's epilogue, one pass and only where needed: each row's bias,
+  // then its key interval (keys outside [lo, hi) become -inf). `masks`:
+  // some row's interval cuts this block (RowsSpan::Masks).
+  template <int RV>
+  static void Epilogue(const Tile& tile, int64_t rows, size_t R, int64_t j0,
+                       int64_t nb, bool bias, bool masks, float* st) {
+    if (bias) {
+      for (int64_t r = 0; r < rows; ++r) {
+        AddBias(tile.bias[r], j0, nb, R, st + r);
+      }
+    }
+    if (!masks) return;
+    const size_t N = O::Lanes();
+    RelativeIntervals(tile, R, j0);
+    const V neg_inf = O::Set(-INFINITY);
+    const V lo0 = O::Load(tile.rel_lo), hi0 = O::Load(tile.rel_hi);
+    const V lo1 = RV > 1 ? O::Load(tile.rel_lo + N) : lo0;
+    const V hi1 = RV > 1 ? O::Load(tile.rel_hi + N) : hi0;
+    for (int64_t j = 0; j < nb; ++j) {
+      const V key = O::Set(static_cast<float>(j));
+      float* s = st + j * R;
+      V s0 = O::IfThenElse(O::Lt(key, hi0), O::Load(s), neg_inf);
+      O::Store(O::IfThenElse(O::Lt(key, lo0), neg_inf, s0), s);
+      if (RV > 1) {
+        V s1 = O::IfThenElse(O::Lt(key, hi1), O::Load(s + N), neg_inf);
+        O::Store(O::IfThenElse(O::Lt(key, lo1), neg_inf, s1), s + N);
+      }
+    }
+  }
+
+  // ot[c][*] = ot[c][*] * alpha + sum_{j < nb} pt[j][*] * v[j][c] for the U
+  // value columns starting at c = 0 of v and ot.
+  // kGuard: lanes whose probability is 0 (a hidden key) leave the output
+  // untouched, so a NaN or Inf in a value row that a query cannot see never
+  // reaches it (0 * NaN is NaN). Used only in blocks that hide some keys.
+  template <int RV, int U, bool kGuard>
+  __attribute__((noinline)) static void OutputColumns(
+      const float* __restrict pt, size_t R, const float* __restrict v,
+      int64_t dv, int64_t nb, V alpha0, V alpha1, float* __restrict ot) {
+    const size_t N = O::Lanes();
+    const V zero = O::Zero();
+#define QKV_DECL(u)                                                  \
+  V o##u##0 = O::Zero(), o##u##1 = O::Zero();                        \
+  if (u < U) {                                                       \
+    o##u##0 = O::Mul(O::Load(ot + u * R), alpha0);                   \
+    if (RV > 1) o##u##1 = O::Mul(O::Load(ot + u * R + N), alpha1);   \
+  }
+    QKV_UNROLL8(QKV_DECL)
+#undef QKV_DECL
+    for (int64_t j = 0; j < nb; ++j) {
+      const float* __restrict vj = v + j * dv;
+      const V p0 = O::Load(pt + j * R);
+      const V p1 = RV > 1 ? O::Load(pt + j * R + N) : p0;
+      const auto read0 = O::Gt(p0, zero);
+      const auto read1 = O::Gt(p1, zero);
+#define QKV_STEP(u)                                                          \
+  if (u < U) {                                                               \
+    const V b = O::Set(vj[u]);                                               \
+    if (kGuard) {                                                            \
+      o##u##0 = O::IfThenElse(read0, O::MulAdd(p0, b, o##u##0), o##u##0);    \
+      if (RV > 1) {                                                          \
+        o##u##1 = O::IfThenElse(read1, O::MulAdd(p1, b, o##u##1), o##u##1);  \
+      }                                                                      \
+    } else {                                                                 \
+      o##u##0 = O::MulAdd(p0, b, o##u##0);                                   \
+      if (RV > 1) o##u##1 = O::MulAdd(p1, b, o##u##1);                       \
+    }                                                                        \
+  }
+      QKV_UNROLL8(QKV_STEP)
+#undef QKV_STEP
+    }
+#define QKV_STORE(u)                                   \
+  if (u < U) {                                         \
+    O::Store(o##u##0, ot + u * R);                     \
+    if (RV > 1) O::Store(o##u##1, ot + u * R + N);     \
+  }
+    QKV_UNROLL8(QKV_STORE)
+#undef QKV_STORE
+  }
+
+  template <int RV, bool kGuard>
+  static void AccumulateOutput(const float* __restrict pt, size_t R,
+                               const float* __restrict v, int64_t dv,
+                               int64_t nb, V alpha0, V alpha1,
+                               float* __restrict ot, PrefetchStream* pf) {
+    int64_t c = 0;
+    for (; c + O::kUnroll <= dv; c += O::kUnroll) {
+      pf->Step();
+      OutputColumns<RV, O::kUnroll, kGuard>(pt, R, v + c, dv, nb, alpha0,
+                                            alpha1, ot + c * R);
+    }
+    for (; c < dv; ++c) {
+      OutputColumns<RV, 1, kGuard>(pt, R, v + c, dv, nb, alpha0, alpha1,
+                                   ot + c * R);
+    }
+  }
+
+  // Online softmax over one block of nb scores per lane, for the RV row
+  // vectors of a tile: updates each running max m and sum l, turns st into
+  // probabilities relative to the new max and sets alpha to the factor
+  // exp(m_old - m_new) by which earlier sums and outputs scale. The row
+  // vectors are done together and the max and sum run in two chains each
+  // (one dependent chain per vector made this step latency-bound).
+  template <int RV>
+  static inline void SoftmaxBlock(float* __restrict st, size_t R, int64_t nb,
+                                  V* m0, V* l0, V* alpha0, V* m1, V* l1,
+                                  V* alpha1) {
+    const size_t N = O::Lanes();
+    const V neg_inf = O::Set(-INFINITY);
+    V max0a = neg_inf, max0b = neg_inf, max1a = neg_inf, max1b = neg_inf;
+    int64_t j = 0;
+    for (; j + 2 <= nb; j += 2) {
+      max0a = O::Max(max0a, O::Load(st + j * R));
+      max0b = O::Max(max0b, O::Load(st + (j + 1) * R));
+      if (RV > 1) {
+        max1a = O::Max(max1a, O::Load(st + j * R + N));
+        max1b = O::Max(max1b, O::Load(st + (j + 1) * R + N));
+      }
+    }
+    if (j < nb) {
+      max0a = O::Max(max0a, O::Load(st + j * R));
+      if (RV > 1) max1a = O::Max(max1a, O::Load(st + j * R + N));
+    }
+    // A lane that has seen no visible key keeps max -inf; exponentiate its
+    // (-inf) scores against 0 so they give 0, not NaN.
+    const V new0 = O::Max(*m0, O::Max(max0a, max0b));
+    const V use0 = O::IfThenZeroElse(O::Eq(new0, neg_inf), new0);
+    *alpha0 = ExpNonPositive(O::Sub(*m0, use0));
+    *m0 = new0;
+    V use1 = use0;
+    if (RV > 1) {
+      const V new1 = O::Max(*m1, O::Max(max1a, max1b));
+      use1 = O::IfThenZeroElse(O::Eq(new1, neg_inf), new1);
+      *alpha1 = ExpNonPositive(O::Sub(*m1, use1));
+      *m1 = new1;
+    }
+    V sum0a = O::Zero(), sum0b = O::Zero();
+    V sum1a = O::Zero(), sum1b = O::Zero();
+    j = 0;
+    for (; j + 2 <= nb; j += 2) {
+      float* s = st + j * R;
+      const V p0a = ExpNonPositive(O::Sub(O::Load(s), use0));
+      const V p0b = ExpNonPositive(O::Sub(O::Load(s + R), use0));
+      O::Store(p0a, s);
+      O::Store(p0b, s + R);
+      sum0a = O::Add(sum0a, p0a);
+      sum0b = O::Add(sum0b, p0b);
+      if (RV > 1) {
+        const V p1a = ExpNonPositive(O::Sub(O::Load(s + N), use1));
+        const V p1b = ExpNonPositive(O::Sub(O::Load(s + R + N), use1));
+        O::Store(p1a, s + N);
+        O::Store(p1b, s + R + N);
+        sum1a = O::Add(sum1a, p1a);
+        sum1b = O::Add(sum1b, p1b);
+      }
+    }
+    if (j < nb) {
+      float* s = st + j * R;
+      const V p0 = ExpNonPositive(O::Sub(O::Load(s), use0));
+      O::Store(p0, s);
+      sum0a = O::Add(sum0a, p0);
+      if (RV > 1) {
+        const V p1 = ExpNonPositive(O::Sub(O::Load(s + N), use1));
+        O::Store(p1, s + N);
+        sum1a = O::Add(sum1a, p1);
+      }
+    }
+    *l0 = O::MulAdd(*l0, *alpha0, O::Add(sum0a, sum0b));
+    if (RV > 1) *l1 = O::MulAdd(*l1, *alpha1, O::Add(sum1a, sum1b));
+  }
+
+  // qt[t][r] = q_row(r)[t] * q_scale. A full tile's rows are consecutive
+  // rows of q (the group's heads are adjacent): whole N x N blocks by
+  // in-register transposes where the ops have them, the other columns by
+  // strided gathers; partial tiles (and targets without gathers) by scalar
+  // code.
+  template <int RV>
+  static void PackQueries(const Operands& op, int64_t rows, size_t R,
+                          const Tile& tile) {
+    const int64_t d = op.dim;
+    if (!O::kGatherTiles || rows != static_cast<int64_t>(R) ||
+        static_cast<int64_t>(R) * d >= (int64_t{1} << 30)) {
+      PackQueriesScalar(op, rows, R, tile);
+      return;
+    }
+    if constexpr (O::kGatherTiles) {
+      const size_t N = O::Lanes();
+      const float* q = op.q + tile.row[0] * d;
+      const V scale = O::Set(op.q_scale);
+      int64_t t = 0;
+      if constexpr (O::kTransposeLanes != 0) {
+        constexpr size_t kN = O::kTransposeLanes;
+        V blk[kN];
+        for (; t + static_cast<int64_t>(kN) <= d; t += kN) {
+          for (size_t h = 0; h < static_cast<size_t>(RV); ++h) {
+            for (size_t i = 0; i < kN; ++i) {
+              blk[i] = O::LoadU(q + (h * kN + i) * d + t);
+            }
+            O::Transpose(blk);
+            for (size_t i = 0; i < kN; ++i) {
+              O::Store(O::Mul(blk[i], scale), tile.qt + (t + i) * R + h * kN);
+            }
+          }
+        }
+      }
+      const int32_t stride = static_cast<int32_t>(d);
+      for (; t < d; ++t) {
+        O::Store(O::Mul(O::GatherStrided(q + t, stride), scale),
+                 tile.qt + t * R);
+        if (RV > 1) {
+          O::Store(O::Mul(O::GatherStrided(q + N * d + t, stride), scale),
+                   tile.qt + t * R + N);
+        }
+      }
+    }
+  }
+
+  // ------------------------------------------------------- row finisher
+
+  // w[j] = exp(w[j] - m) * inv_l for j < n, in place (raw scores to
+  // weights).
+  static void NormalizeWeights(float* __restrict w, int64_t n, float m,
+                               float inv_l, float* __restrict tail) {
+    const int64_t N = static_cast<int64_t>(O::Lanes());
+    const V vm = O::Set(m), vs = O::Set(inv_l);
+    int64_t j = 0;
+    for (; j + N <= n; j += N) {
+      O::StoreU(O::Mul(ExpNonPositive(O::Sub(O::LoadU(w + j), vm)), vs),
+                w + j);
+    }
+    if (j < n) {  // never touch memory past the row: go through a scratch
+      const size_t rest = static_cast<size_t>(n - j);
+      for (int64_t u = 0; u < N; ++u) tail[u] = -INFINITY;
+      memcpy(tail, w + j, rest * sizeof(float));
+      O::Store(O::Mul(ExpNonPositive(O::Sub(O::Load(tail), vm)), vs), tail);
+      memcpy(w + j, tail, rest * sizeof(float));
+    }
+  }
+
+  // What a path leaves for the finisher of one row.
+  struct RowState {
+    int64_t row;         // flat row index into out, weights, lse
+    float m, l;          // running max and sum
+    const float* o;      // unnormalized output: column c at o[c * stride],
+    size_t o_stride;     //   columns [c_begin, dv) still to write
+    int64_t c_begin;
+    int64_t w_lo, w_hi;  // weights[w_lo, w_hi) hold raw scores
+  };
+
+  // Writes the row's out, lse and weights (the latter two when asked): a
+  // row that saw no key gets zeros and -inf.
+  static void FinishRow(const Problem& p, const RowState& s, float* tail) {
+    const RowFinish f = qkv::FinishRow(s.m, s.l);
+    const int64_t dv = p.value_dim, lk = p.kv_len;
+    float* out = p.out + s.row * dv;
+    if (!f.seen) {
+      for (int64_t c = 0; c < dv; ++c) out[c] = 0.0f;
+    } else {
+      const int64_t N = static_cast<int64_t>(O::Lanes());
+      const V inv_l = O::Set(f.inv_l);
+      int64_t c = s.c_begin;
+      if (s.o_stride == 1) {
+        for (; c + N <= dv; c += N) {
+          O::StoreU(O::Mul(O::LoadU(s.o + c), inv_l), out + c);
+        }
+      } else if constexpr (O::kGatherTiles) {
+        const int32_t stride = static_cast<int32_t>(s.o_stride);
+        for (; c + N <= dv; c += N) {
+          O::StoreU(O::Mul(O::GatherStrided(s.o + c * s.o_stride, stride),
+                           inv_l),
+                    out + c);
+        }
+      }
+      for (; c < dv; ++c) out[c] = s.o[c * s.o_stride] * f.inv_l;
+    }
+    if (p.lse != nullptr) p.lse[s.row] = f.lse;
+    if (p.weights != nullptr) {
+      float* w = p.weights + s.row * lk;
+      for (int64_t j = 0; j < s.w_lo; ++j) w[j] = 0.0f;
+      if (f.seen) {
+        NormalizeWeights(w + s.w_lo, s.w_hi - s.w_lo, s.m, f.inv_l, tail);
+      } else {
+        for (int64_t j = s.w_lo; j < s.w_hi; ++j) w[j] = 0.0f;
+      }
+      for (int64_t j = s.w_hi; j < lk; ++j) w[j] = 0.0f;
+    }
+  }
+
+  // The tile's rows: whole N x N blocks of (columns, rows) of the
+  // transposed output by in-register transposes where the ops have them,
+  // then the finisher for the rest of each row.
+  template <int RV>
+  static void FinishTile(const Problem& p, const Tile& tile, int64_t rows,
+                         size_t R, const RowsSpan& span) {
+    const int64_t dv = p.value_dim;
+    int64_t c_done = 0;
+    if constexpr (O::kTransposeLanes != 0) {
+      constexpr size_t kN = O::kTransposeLanes;
+      for (int64_t r = 0; r < rows; ++r) {
+        tile.inv_l[r] = qkv::FinishRow(tile.m[r], tile.sum[r]).inv_l;
+      }
+      V blk[kN];
+      for (; c_done + static_cast<int64_t>(kN) <= dv; c_done += kN) {
+        for (size_t h = 0; h < static_cast<size_t>(RV); ++h) {
+          if (static_cast<int64_t>(h * kN) >= rows) break;
+          for (size_t i = 0; i < kN; ++i) {
+            blk[i] = O::Load(tile.ot + (c_done + i) * R + h * kN);
+          }
+          O::Transpose(blk);
+          for (size_t i = 0; i < kN; ++i) {
+            const int64_t r = static_cast<int64_t>(h * kN + i);
+            if (r >= rows) break;
+            O::StoreU(O::Mul(blk[i], O::Set(tile.inv_l[r])),
+                      p.out + tile.row[r] * dv + c_done);
+          }
+        }
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      RowState s;
+      s.row = tile.row[r];
+      s.m = tile.m[r];
+      s.l = tile.sum[r];
+      s.o = tile.ot + r;
+      s.o_stride = R;
+      s.c_begin = c_done;
+      s.w_lo = span.begin;
+      s.w_hi = span.end;
+      FinishRow(p, s, tile.tail);
+    }
+  }
+
+  template <int RV>
+  static void RunTile(const Problem& p, const Operands& op,
+                      const TileTask& task, const Tile& tile) {
+    const size_t N = O::Lanes();
+    const size_t R = RV * N;
+    const int64_t d = op.dim, dv = p.value_dim, lk = p.kv_len;
+    const int64_t rows = task.rows;
+    const RowsSpan span =
+        SetUpTileRows(p, task.b, task.kvh, task.r0, rows, R, tile);
+    PackQueries<RV>(op, rows, R, tile);
+
+    const float* k = op.k;
+    const float* v = p.v + (task.b * p.kv_heads + task.kvh) * lk * dv;
+    const V neg_inf = O::Set(-INFINITY);
+    V m0 = neg_inf, m1 = neg_inf;
+    V l0 = O::Zero(), l1 = O::Zero();
+    const bool prefetch = PrefetchesKv(p);
+    const bool bias = p.bias != nullptr;
+
+    for (int64_t j0 = span.begin; j0 < span.end; j0 += kBlockKeys) {
+      const int64_t nb =
+          j0 + kBlockKeys < span.end ? kBlockKeys : span.end - j0;
+      float* st = tile.st;
+      BlockPrefetch pf(prefetch, k, d, v, dv, j0, nb, span.end,
+                       nb / O::kUnroll, dv / O::kUnroll);
+      Scores<RV>(op, p.w_v, tile.qt, R, k + j0 * d, nb, st, &pf.v);
+      const bool masks = span.Masks(j0, nb);
+      Epilogue<RV>(tile, rows, R, j0, nb, bias, masks, st);
+      if (p.weights != nullptr) {  // raw masked scores; normalized at the end
+        for (int64_t r = 0; r < rows; ++r) {
+          float* w = p.weights + tile.row[r] * lk + j0;
+          for (int64_t j = 0; j < nb; ++j) w[j] = st[j * R + r];
+        }
+      }
+      V alpha0, alpha1 = O::Zero();
+      SoftmaxBlock<RV>(st, R, nb, &m0, &l0, &alpha0, &m1, &l1, &alpha1);
+      if (RV == 1) alpha1 = alpha0;
+      if (masks || bias) {
+        AccumulateOutput<RV, true>(st, R, v + j0 * dv, dv, nb, alpha0, alpha1,
+                                   tile.ot, &pf.k);
+      } else {
+        AccumulateOutput<RV, false>(st, R, v + j0 * dv, dv, nb, alpha0,
+                                    alpha1, tile.ot, &pf.k);
+      }
+    }
+
+    O::Store(m0, tile.m);
+    O::Store(l0, tile.sum);
+    if (RV > 1) {
+      O::Store(m1, tile.m + N);
+      O::Store(l1, tile.sum + N);
+    }
+    FinishTile<RV>(p, tile, rows, R, span);
+  }
+
+  // ---------------------------------------------------------- row path
+
+  // One query row against nb keys: st[j] = finish * sum_t f(q[t], k_j[t]),
+  // keys four at a time for independent FMA chains, d in lanes. Also
+  // projects for kAdditive (q a key or query, k the rows of W).
+  template <int kKind>
+  static float RowTail(const float* q, const float* kr, const float* w_v,
+                       int64_t t0, int64_t d) {
+    float s = 0.0f;
+    for (int64_t t = t0; t < d; ++t) {
+      s += ScoreTermScalar<kKind>(q[t], kr[t], kKind == kAdditive ? w_v[t] : 0);
+    }
+    return s;
+  }
+
+  template <int kKind>
+  __attribute__((noinline)) static void RowScores(
+      const float* __restrict q, const float* __restrict k, int64_t d,
+      int64_t nb, float finish, const float* __restrict w_v,
+      float* __restrict st, BlockPrefetch* pf = nullptr) {
+    const int64_t N = static_cast<int64_t>(O::Lanes());
+    const int64_t d_full = d - d % N;
+    int64_t j = 0;
+    if (d_full == 0) {  // vectors shorter than one SIMD vector: plain loops
+      for (; j < nb; ++j) st[j] = RowTail<kKind>(q, k + j * d, w_v, 0, d) * finish;
+      return;
+    }
+    for (; j + 4 <= nb; j += 4) {
+      if (pf != nullptr) {
+        pf->v.Step();
+        pf->k.Step();
+      }
+      const float* k0 = k + j * d;
+      const float* k1 = k0 + d;
+      const float* k2 = k1 + d;
+      const float* k3 = k2 + d;
+      V a0 = O::Zero(), a1 = O::Zero(), a2 = O::Zero(), a3 = O::Zero();
+      for (int64_t t = 0; t < d_full; t += N) {
+        const V qv = O::LoadU(q + t);
+        const V wv = kKind == kAdditive ? O::LoadU(w_v + t) : O::Zero();
+        a0 = ScoreTerm<kKind>(qv, O::LoadU(k0 + t), wv, a0);
+        a1 = ScoreTerm<kKind>(qv, O::LoadU(k1 + t), wv, a1);
+        a2 = ScoreTerm<kKind>(qv, O::LoadU(k2 + t), wv, a2);
+        a3 = ScoreTerm<kKind>(qv, O::LoadU(k3 + t), wv, a3);
+      }
+      st[j + 0] = (O::ReduceSum(a0) + RowTail<kKind>(q, k0, w_v, d_full, d)) * finish;
+      st[j + 1] = (O::ReduceSum(a1) + RowTail<kKind>(q, k1, w_v, d_full, d)) * finish;
+      st[j + 2] = (O::ReduceSum(a2) + RowTail<kKind>(q, k2, w_v, d_full, d)) * finish;
+      st[j + 3] = (O::ReduceSum(a3) + RowTail<kKind>(q, k3, w_v, d_full, d)) * finish;
+    }
+    for (; j < nb; ++j) {
+      const float* k0 = k + j * d;
+      V a0 = O::Zero();
+      for (int64_t t = 0; t < d_full; t += N) {
+        const V wv = kKind == kAdditive ? O::LoadU(w_v + t) : O::Zero();
+        a0 = ScoreTerm<kKind>(O::LoadU(q + t), O::LoadU(k0 + t), wv, a0);
+      }
+      st[j] = (O::ReduceSum(a0) + RowTail<kKind>(q, k0, w_v, d_full, d)) * finish;
+    }
+  }
+
+  // Online softmax of one row's block: st[0, nb) becomes probabilities
+  // relative to the new running max; returns the rescale factor of the old
+  // sum and output. st has room for nb rounded up to whole vectors.
+  static float RowSoftmaxBlock(float* __restrict st, int64_t nb, float* m,
+                               float* l) {
+    const int64_t N = static_cast<int64_t>(O::Lanes());
+    const int64_t padded = (nb + N - 1) / N * N;
+    for (int64_t j = nb; j < padded; ++j) st[j] = -INFINITY;
+    V vmax = O::Set(-INFINITY);
+    for (int64_t j = 0; j < padded; j += N) {
+      vmax = O::Max(vmax, O::Load(st + j));
+    }
+    const float block_max = O::ReduceMax(vmax);
+    const float m_new = *m > block_max ? *m : block_max;
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+    const V vm = O::Set(m_use);
+    const float alpha = O::First(ExpNonPositive(O::Set(*m - m_use)));
+    V vsum = O::Zero();
+    for (int64_t j = 0; j < padded; j += N) {
+      const V e = ExpNonPositive(O::Sub(O::Load(st + j), vm));
+      O::Store(e, st + j);
+      vsum = O::Add(vsum, e);
+    }
+    *m = m_new;
+    *l = *l * alpha + O::ReduceSum(vsum);
+    return alpha;
+  }
+
+  // o[c] = o[c] * alpha + sum_{j < nb} p[j] v_j[c] for U vectors of columns.
+  template <int U>
+  __attribute__((noinline)) static void RowOutputColumns(
+      const float* __restrict pr, const float* __restrict v, int64_t dv,
+      int64_t nb, float alpha, float* __restrict o) {
+    const size_t N = O::Lanes();
+    const V va = O::Set(alpha);
+#define QKV_DECL(u) \
+  V o##u = O::Zero(); \
+  if (u < U) o##u = O::Mul(O::LoadU(o + u * N), va);
+    QKV_UNROLL8(QKV_DECL)
+#undef QKV_DECL
+    for (int64_t j = 0; j < nb; ++j) {
+      if (pr[j] == 0.0f) continue;  // a hidden key's value is never read
+      const V b = O::Set(pr[j]);
+      const float* __restrict vj = v + j * dv;
+#define QKV_STEP(u) \
+  if (u < U) o##u = O::MulAdd(b, O::LoadU(vj + u * N), o##u);
+      QKV_UNROLL8(QKV_STEP)
+#undef QKV_STEP
+    }
+#define QKV_STORE(u) \
+  if (u < U) O::StoreU(o##u, o + u * N);
+    QKV_UNROLL8(QKV_STORE)
+#undef QKV_STORE
+  }
+
+  static void RowOutput(const float* __restrict pr, const float* __restrict v,
+                        int64_t dv, int64_t nb, float alpha,
+                        float* __restrict o) {
+    const int64_t N = static_cast<int64_t>(O::Lanes());
+    int64_t c = 0;
+    for (; c + 8 * N <= dv; c += 8 * N) {
+      RowOutputColumns<8>(pr, v + c, dv, nb, alpha, o + c);
+    }
+    for (; c + N <= dv; c += N) {
+      RowOutputColumns<1>(pr, v + c, dv, nb, alpha, o + c);
+    }
+    for (; c < dv; ++c) {
+      float acc = o[c] * alpha;
+      for (int64_t j = 0; j < nb; ++j) {
+        if (pr[j] != 0.0f) acc += pr[j] * v[j * dv + c];
+      }
+      o[c] = acc;
+    }
+  }
+
+  // Scores of one row for keys [j, j + nb), the kind chosen once.
+  static void RowScoresFor(const Problem& p, const Operands& op,
+                           const float* q, const float* k, int64_t nb,
+                           float* st, BlockPrefetch* pf) {
+    const int64_t d = op.dim;
+    if (op.kind == kAdditive) {
+      RowScores<kAdditive>(q, k, d, nb, 1.0f, p.w_v, st, pf);
+    } else if (op.kind == kGaussian) {
+      RowScores<kGaussian>(q, k, d, nb, op.finish, p.w_v, st, pf);
+    } else {  // op.finish: 1 when the scale is folded into the queries
+      RowScores<kDot>(q, k, d, nb, op.finish, p.w_v, st, pf);
+    }
+  }
+
+  // All rows (at most kRowPathMaxRows) of one (batch, kv head), keys
+  // [task.key_begin, task.key_end) of them (one flash-decoding split). Keys
+  // are walked in blocks; each block of K and V is read from memory once and
+  // reused from L1 by the group's other rows, each of which takes the part
+  // of the block inside its own key interval.
+  static void RunRows(const Problem& p, const Operands& op,
+                      const TileTask& task, const unsigned char* shared,
+                      const Tile& tile) {
+    const int64_t b = task.b, kvh = task.kvh, rows = task.rows;
+    const int64_t d = op.dim, dv = p.value_dim, lk = p.kv_len;
+    const RowsSpan span = SetUpRowPath(p, op, b, kvh, rows, tile);
+    const int64_t start =
+        span.begin > task.key_begin ? span.begin : task.key_begin;
+    const int64_t stop = span.end < task.key_end ? span.end : task.key_end;
+    const float* k = op.k;
+    const float* v = p.v + (b * p.kv_heads + kvh) * lk * dv;
+    float* st = tile.s_row;
+    const bool prefetch = PrefetchesKv(p);
+    for (int64_t j0 = start; j0 < stop; j0 += kBlockKeys) {
+      // The first row's scores prefetch this block's V and the next K.
+      const int64_t nb_all = j0 + kBlockKeys < stop ? kBlockKeys : stop - j0;
+      BlockPrefetch pf(prefetch, k, d, v, dv, j0, nb_all, stop, nb_all / 4,
+                       nb_all / 4);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t lo = tile.lo[r] > j0 ? tile.lo[r] : j0;
+        int64_t hi = j0 + nb_all < tile.hi[r] ? j0 + nb_all : tile.hi[r];
+        hi = hi < task.key_end ? hi : task.key_end;
+        const int64_t nb = hi - lo;
+        if (nb <= 0) continue;
+        RowScoresFor(p, op, tile.q_rows + r * d, k + lo * d, nb, st,
+                     r == 0 ? &pf : nullptr);
+        if (tile.bias[r] != nullptr) AddBias(tile.bias[r], lo, nb, 1, st);
+        if (p.weights != nullptr) {
+          memcpy(p.weights + tile.row[r] * lk + lo, st, nb * sizeof(float));
+        }
+        const float alpha = RowSoftmaxBlock(st, nb, &tile.m[r], &tile.sum[r]);
+        RowOutput(st, v + lo * dv, dv, nb, alpha, tile.o_rows + r * dv);
+      }
+    }
+    if (KeySplits(p) > 1 && !MergeSplits(p, task, shared, tile)) return;
+    for (int64_t r = 0; r < rows; ++r) {
+      RowState s;
+      s.row = tile.row[r];
+      s.m = tile.m[r];
+      s.l = tile.sum[r];
+      s.o = tile.o_rows + r * dv;
+      s.o_stride = 1;
+      s.c_begin = 0;
+      s.w_lo = tile.lo[r];
+      s.w_hi = tile.hi[r];
+      FinishRow(p, s, tile.tail);
+    }
+  }
+
+  // --------------------------------------------------------- tiny path
+
+  // Row path for tiny problems, kv_len <= lanes (toy shapes, short caches):
+  // K and V are transposed once into the workspace and each row's scores,
+  // softmax and output are a handful of whole-vector operations with keys in
+  // lanes. Tiny calls are dominated by fixed costs, so this path sets up only
+  // what it uses (no Tile, no divisions). RunTiny may run it with narrower
+  // ops than the engine's, whose lanes still hold kv_len keys: it lays out
+  // the workspace for its own lanes, less than the engine asked for.
+  static void RunRowsTiny(const Problem& p, const Operands& op,
+                          const TileTask& task, unsigned char* workspace) {
+    const int64_t N = static_cast<int64_t>(O::Lanes());
+    TinyTile tile;
+    LayoutTiny(p, O::Lanes(), workspace, &tile);
+    const int64_t b = task.b, kvh = task.kvh;
+    const int64_t d = op.dim, dv = p.value_dim, lk = p.kv_len;
+    const float* v = p.v + (b * p.kv_heads + kvh) * lk * dv;
+    // Keys and values transposed; lanes of keys j >= lk are 0, never
+    // garbage: they are masked below, and a 0 keeps every lane's arithmetic
+    // finite.
+    const int32_t count = static_cast<int32_t>(lk);
+    for (int64_t t = 0; t < d; ++t) {
+      O::Store(O::GatherRows(op.k + t, static_cast<int32_t>(d), count),
+               tile.kt + t * N);
+    }
+    for (int64_t c = 0; c < dv; ++c) {
+      O::Store(O::GatherRows(v + c, static_cast<int32_t>(dv), count),
+               tile.vt + c * N);
+    }
+    for (int64_t j = 0; j < N; ++j) tile.tail[j] = static_cast<float>(j);
+    const V key = O::Load(tile.tail);
+    const V zero = O::Zero();
+    const V neg_inf = O::Set(-INFINITY);
+    RowWalker at(p, kvh);
+    for (int64_t r = 0; r < task.rows; ++r) {
+      const int64_t row = at.Row(p, b);
+      const KeyInterval keys = RowKeys(p, b, at.i);
+      const float* bias_row = BiasRow(p, b, at.h, at.i);
+      at.Next(p);
+      const float* q = op.q + row * d;
+      V s = zero;
+      if (op.kind == kAdditive) {
+        for (int64_t t = 0; t < d; ++t) {
+          s = ScoreTerm<kAdditive>(O::Set(q[t]), O::Load(tile.kt + t * N),
+                                   O::Set(p.w_v[t]), s);
+        }
+      } else if (op.kind == kGaussian) {
+        for (int64_t t = 0; t < d; ++t) {
+          s = ScoreTerm<kGaussian>(O::Set(q[t]), O::Load(tile.kt + t * N),
+                                   zero, s);
+        }
+        s = O::Mul(s, O::Set(op.finish));
+      } else {
+        for (int64_t t = 0; t < d; ++t) {
+          s = O::MulAdd(O::Set(q[t] * op.q_scale), O::Load(tile.kt + t * N),
+                        s);
+        }
+        if (op.kind == kDotScaled) s = O::Mul(s, O::Set(op.finish));
+      }
+      float* tail = tile.tail;
+      if (bias_row != nullptr) {
+        for (int64_t j = 0; j < N; ++j) tail[j] = j < lk ? bias_row[j] : 0.0f;
+        const V bias = O::Load(tail);
+        s = O::IfThenElse(O::Eq(bias, neg_inf), neg_inf, O::Add(s, bias));
+      }
+      s = O::IfThenElse(O::Lt(key, O::Set(static_cast<float>(keys.hi))), s,
+                        neg_inf);
+      s = O::IfThenElse(O::Lt(key, O::Set(static_cast<float>(keys.lo))),
+                        neg_inf, s);
+      const float m = O::ReduceMax(s);
+      const V e = ExpNonPositive(O::Sub(s, O::Set(m)));
+      float l = O::ReduceSum(e);
+      // No visible key: the max is -inf, or on targets whose max of an all
+      // -inf vector is -FLT_MAX (Highway's EMU128) every term is exp(-inf).
+      if (m == -INFINITY) l = 0.0f;
+      float* out = p.out + row * dv;
+      const auto read = O::Gt(e, zero);  // hidden keys' values are not read
+      if (l > 0.0f) {
+        for (int64_t c = 0; c < dv; ++c) {
+          out[c] = O::ReduceSum(
+              O::IfThenElseZero(read, O::Mul(e, O::Load(tile.vt + c * N))));
+        }
+      }
+      if (p.weights != nullptr) {  // the raw masked scores
+        O::Store(s, tail);
+        memcpy(p.weights + row * lk, tail, lk * sizeof(float));
+      }
+      RowState st;
+      st.row = row;
+      st.m = m;
+      st.l = l;
+      st.o = out;
+      st.o_stride = 1;
+      st.c_begin = 0;
+      st.w_lo = 0;
+      st.w_hi = lk;
+      FinishRow(p, st, tail);
+    }
+  }
+
+  // The tiny path with the narrowest vectors that hold kv_len keys.
+  static void RunTiny(const Problem& p, const Operands& op,
+                      const TileTask& task, unsigned char* workspace) {
+    using O4 = typename O::Narrow4;
+    using O8 = typename O::Narrow8;
+    if constexpr (!std::is_same<O4, O>::value) {
+      if (p.kv_len <= 4) {
+        return Flash<O4>::RunRowsTiny(p, op, task, workspace);
+      }
+    }
+    if constexpr (!std::is_same<O8, O>::value) {
+      if (p.kv_len <= 8) {
+        return Flash<O8>::RunRowsTiny(p, op, task, workspace);
+      }
+    }
+    RunRowsTiny(p, op, task, workspace);
+  }
+
+  // ------------------------------------------------------ engine entries
+
+  static bool Supports(const Problem&) { return true; }
+
+  // Zeroes the flash-decoding split counters; additive scores: projects
+  // every key (W_k k) and query (W_q q) once per call.
+  static void Prepare(const Problem& p, unsigned char* shared) {
+    ResetSplitCounters(p, shared);
+    if (p.score != QKV_SCORE_ADDITIVE) return;
+    const int64_t d = p.head_dim, hidden = p.additive_hidden;
+    float* keys = reinterpret_cast<float*>(shared);
+    float* queries = reinterpret_cast<float*>(shared + ProjectedKeysBytes(p));
+    const int64_t key_rows = p.batch * p.kv_heads * p.kv_len;
+    for (int64_t j = 0; j < key_rows; ++j) {
+      RowScores<kDot>(p.k + j * d, p.w_k, d, hidden, 1.0f, nullptr,
+                      keys + j * hidden);
+    }
+    const int64_t query_rows = p.batch * p.q_heads * p.q_len;
+    for (int64_t i = 0; i < query_rows; ++i) {
+      RowScores<kDot>(p.q + i * d, p.w_q, d, hidden, 1.0f, nullptr,
+                      queries + i * hidden);
+    }
+  }
+
+  static size_t TileRows() { return 2 * O::Lanes(); }
+
+  static size_t NumTasks(const Problem& p) {
+    return SplitTasks(p, TileRows());
+  }
+
+  static size_t WorkspacePerWorker(const Problem& p) {
+    return UsesTinyPath(p, O::Lanes())
+               ? LayoutTiny(p, O::Lanes(), nullptr, nullptr)
+               : LayoutTile(p, O::Lanes(), nullptr, nullptr);
+  }
+
+  static void RunTask(const Problem& p, size_t task,
+                      const unsigned char* shared, unsigned char* workspace) {
+    const TileTask t = SplitTaskAt(p, task, TileRows());
+    const Operands op = OperandsFor(p, shared, t.b, t.kvh);
+    if (UsesTinyPath(p, O::Lanes())) {
+      RunTiny(p, op, t, workspace);
+      return;
+    }
+    Tile tile;
+    LayoutTile(p, O::Lanes(), workspace, &tile);
+    if (t.row_path) {
+      RunRows(p, op, t, shared, tile);
+    } else if (t.rows <= static_cast<int64_t>(O::Lanes())) {
+      RunTile<1>(p, op, t, tile);
+    } else {
+      RunTile<2>(p, op, t, tile);
+    }
+  }
+
+  static constexpr Engine MakeEngine(const char* name) {
+    return Engine{name,           &Supports,           &NumTasks,
+                  &SharedWorkspace, &WorkspacePerWorker, &Prepare,
+                  &RunTask};
+  }
+};
+
+#undef QKV_UNROLL8
+
+}  // namespace QKV_SIMD_NAMESPACE
+}  // namespace qkv
+#ifdef HWY_AFTER_NAMESPACE
+HWY_AFTER_NAMESPACE();
+#endif
+
+#endif  // per-target include guard

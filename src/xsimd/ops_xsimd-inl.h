@@ -1,0 +1,183 @@
+// The pipeline's vector operations (src/pipeline/flash-inl.h) in xsimd 8.1
+// (Debian's libxsimd-dev): XsimdOps<A> for an xsimd architecture A. Each
+// attention_xsimd_<arch>.cc includes this with its architecture's compiler
+// flags, inside its own namespace (QKV_SIMD_NAMESPACE), so copies compiled
+// with different flags never share a linkage name.
+#ifndef QKV_SRC_XSIMD_OPS_XSIMD_INL_H_
+#define QKV_SRC_XSIMD_OPS_XSIMD_INL_H_
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#include <xsimd/xsimd.hpp>
+
+#ifndef QKV_SIMD_NAMESPACE
+#error "define QKV_SIMD_NAMESPACE (the per-architecture namespace) first"
+#endif
+
+// In-register square transposes (src/transpose_x86.h) for the architecture
+// this file is compiled for: 16 x 16 with AVX-512, 8 x 8 with AVX2.
+#undef QKV_TRANSPOSE_BITS
+#if defined(__AVX512F__)
+#define QKV_TRANSPOSE_BITS 512
+#elif defined(__AVX2__)
+#define QKV_TRANSPOSE_BITS 256
+#endif
+
+namespace qkv {
+namespace QKV_SIMD_NAMESPACE {
+
+#ifdef QKV_TRANSPOSE_BITS
+#include "transpose_x86.h"
+#endif
+
+template <class A>
+struct XsimdOps {
+  using V = xsimd::batch<float, A>;
+  using VI = xsimd::batch<int32_t, A>;
+  using M = xsimd::batch_bool<float, A>;
+
+  static constexpr bool kAvx512 = std::is_same<A, xsimd::avx512f>::value;
+  static constexpr bool kAvx2 = std::is_same<A, xsimd::fma3<xsimd::avx2>>::value;
+  // Keys (scores) or value columns (output) per register tile: 8 with 32
+  // vector registers (AVX-512, AArch64 NEON), 4 with 16.
+  static constexpr int kUnroll =
+      kAvx512 || std::is_same<A, xsimd::neon64>::value ? 8 : 4;
+  // Full tiles of Q are packed, and the transposed output unpacked, by
+  // hardware gathers (AVX2, AVX-512); elsewhere by scalar code, which is
+  // what xsimd's generic gather does anyway.
+  static constexpr bool kGatherTiles = kAvx512 || kAvx2;
+  // N x N in-register transposes where this file has them for A's width.
+#if QKV_TRANSPOSE_BITS == 512
+  static constexpr size_t kTransposeLanes = kAvx512 ? 16 : 0;
+#elif QKV_TRANSPOSE_BITS == 256
+  static constexpr size_t kTransposeLanes = kAvx2 ? 8 : 0;
+#else
+  static constexpr size_t kTransposeLanes = 0;
+#endif
+
+  static constexpr size_t Lanes() { return V::size; }
+  static V Zero() { return V(0.0f); }
+  static V Set(float x) { return V(x); }
+  static V Load(const float* p) { return V::load_aligned(p); }
+  static V LoadU(const float* p) { return V::load_unaligned(p); }
+  static void Store(const V& v, float* p) { v.store_aligned(p); }
+  static void StoreU(const V& v, float* p) { v.store_unaligned(p); }
+  static V Add(const V& a, const V& b) { return a + b; }
+  static V Sub(const V& a, const V& b) { return a - b; }
+  static V Mul(const V& a, const V& b) { return a * b; }
+  static V Max(const V& a, const V& b) { return xsimd::max(a, b); }
+  static M Lt(const V& a, const V& b) { return a < b; }
+  static M Gt(const V& a, const V& b) { return a > b; }
+  static M Eq(const V& a, const V& b) { return a == b; }
+  static V IfThenElse(const M& m, const V& a, const V& b) {
+    return xsimd::select(m, a, b);
+  }
+  static V IfThenElseZero(const M& m, const V& a) {
+    return xsimd::select(m, a, Zero());
+  }
+  static V IfThenZeroElse(const M& m, const V& a) {
+    return xsimd::select(m, Zero(), a);
+  }
+
+  // x * y + z, fused where the target has FMA. xsimd 8.1 has no avx512f
+  // kernel for fma (its generic one multiplies, then adds), so AVX-512 calls
+  // the intrinsic; elsewhere xsimd::fma is fused (fma3<avx2>, NEON VFPv4) or
+  // a multiply then an add (sse4_2, like Highway's SSE4 target).
+  static V MulAdd(const V& x, const V& y, const V& z) {
+#if defined(__AVX512F__)
+    if constexpr (kAvx512) return V(_mm512_fmadd_ps(x, y, z));
+#endif
+#if defined(__FMA__) && (defined(__x86_64__) || defined(__i386__))
+    // sse4_2 vectors inside an FMA-capable object: the tiny path's 4-lane
+    // vectors in the AVX2 and AVX-512 engines (the sse4.2 engine itself is
+    // compiled without FMA and multiplies, then adds).
+    if constexpr (std::is_same<A, xsimd::sse4_2>::value) {
+      return V(_mm_fmadd_ps(x, y, z));
+    }
+#endif
+    return xsimd::fma(x, y, z);
+  }
+
+  static float First(const V& v) { return v.get(0); }
+  // xsimd 8.1 has no max reduction: finished in scalar code.
+  static float ReduceMax(const V& v) {
+    alignas(64) float lanes[V::size];
+    v.store_aligned(lanes);
+    float m = lanes[0];
+    for (size_t i = 1; i < V::size; ++i) m = lanes[i] > m ? lanes[i] : m;
+    return m;
+  }
+  static float ReduceSum(const V& v) { return xsimd::hadd(v); }
+
+  // 2^n from t = n + 1.5 * 2^23 (n in the low mantissa bits, two's
+  // complement): shifted into the exponent field with the bias added.
+  static V Pow2FromRounded(const V& t) {
+    return xsimd::bitwise_cast<V>((xsimd::bitwise_cast<VI>(t) << 23) +
+                                  VI(127 << 23));
+  }
+
+  // xsimd::tanh (from Boost.SIMD: a polynomial for |x| < 5/8,
+  // 1 - 2 / (1 + exp(2|x|)) beyond).
+  static V Tanh(const V& x) { return xsimd::tanh(x); }
+
+  // Lane i = base[i * stride] (kGatherTiles only).
+  static V GatherStrided(const float* base, int32_t stride) {
+    alignas(64) int32_t offsets[V::size];
+    for (size_t u = 0; u < V::size; ++u) {
+      offsets[u] = static_cast<int32_t>(u) * stride;
+    }
+    return V::gather(base, VI::load_aligned(offsets));
+  }
+
+  // Lane i = base[i * stride] for i < count, 0 for the other lanes, by
+  // scalar copies (the tiny path: at most 16 rows).
+  static V GatherRows(const float* base, int32_t stride, int32_t count) {
+    alignas(64) float lanes[V::size];
+    for (int32_t u = 0; u < static_cast<int32_t>(V::size); ++u) {
+      lanes[u] = u < count ? base[u * stride] : 0.0f;
+    }
+    return V::load_aligned(lanes);
+  }
+
+  // v[i] = row i in, column i out, for a kTransposeLanes-square block.
+  static void Transpose(V* v) {
+#ifdef QKV_TRANSPOSE_BITS
+    if constexpr (kTransposeLanes != 0) {
+      typename V::register_type raw[kTransposeLanes];
+      for (size_t i = 0; i < kTransposeLanes; ++i) raw[i] = v[i];
+      TransposeRegisters(raw);
+      for (size_t i = 0; i < kTransposeLanes; ++i) v[i] = V(raw[i]);
+    }
+#else
+    (void)v;
+#endif
+  }
+
+  // The tiny path's narrower vectors (x86: 4 lanes for up to 4 keys, 8 for
+  // up to 8): cheaper reductions and selects than full-width ones. The same
+  // type where there are none.
+#if XSIMD_WITH_SSE4_2
+  using Narrow4 = typename std::conditional<(V::size > 4),
+                                            XsimdOps<xsimd::sse4_2>,
+                                            XsimdOps<A>>::type;
+#else
+  using Narrow4 = XsimdOps<A>;
+#endif
+#if XSIMD_WITH_FMA3_AVX2
+  using Narrow8 =
+      typename std::conditional<(V::size > 8),
+                                XsimdOps<xsimd::fma3<xsimd::avx2>>,
+                                XsimdOps<A>>::type;
+#else
+  using Narrow8 = XsimdOps<A>;
+#endif
+};
+
+}  // namespace QKV_SIMD_NAMESPACE
+}  // namespace qkv
+
+#endif  // QKV_SRC_XSIMD_OPS_XSIMD_INL_H_
