@@ -40,6 +40,31 @@ constexpr size_t AlignUp(size_t n) {
 }
 }  // namespace
 
+// The building blocks of the SIMD pipeline (src/pipeline/flash-inl.h) on
+// plain arrays, for the unit tests (tests/blocks_test.cc) to run at vector
+// and tile edges on every target. NULL for the scalar engines.
+struct PipelineBlocks {
+  size_t (*lanes)();       // N: floats per vector
+  size_t transpose_lanes;  // side of the in-register transpose, 0: none
+  // y[i] = exp(x[i]) for i < n, x <= 0 or -inf (the pipeline's exp).
+  void (*exp)(const float* x, float* y, size_t n);
+  // m: a transpose_lanes-square row-major block, transposed in place.
+  void (*transpose)(float* m);
+  // The tile path's block epilogue for keys [j0, j0 + nb) of `rows` rows in
+  // rv vectors of lanes: st[j][r] (row stride rv * lanes) gets row r's bias
+  // (bias[r] NULL: none), then -inf outside the row's [lo[r], hi[r]).
+  void (*epilogue)(const int32_t* lo, const int32_t* hi,
+                   const float* const* bias, int64_t rows, int rv,
+                   int64_t kv_len, int64_t j0, int64_t nb, float* st);
+  // The row finisher: row `row` of p's out, lse and weights from the
+  // running max m and sum l, unnormalized output o[c * stride] for columns
+  // [c_begin, dv) (columns before c_begin are left as they are) and raw
+  // scores in weights[w_lo, w_hi).
+  void (*finish_row)(const Problem& p, int64_t row, float m, float l,
+                     const float* o, size_t stride, int64_t c_begin,
+                     int64_t w_lo, int64_t w_hi);
+};
+
 // One engine at one SIMD target. Tasks are a fixed split of the problem that
 // depends only on the Problem and the engine (never on the worker count), and
 // every output element is written by exactly one task, so results are bitwise
@@ -59,6 +84,7 @@ struct Engine {
   void (*prepare)(const Problem& p, unsigned char* shared);  // may be NULL
   void (*run_task)(const Problem& p, size_t task, const unsigned char* shared,
                    unsigned char* workspace);
+  const PipelineBlocks* blocks;  // NULL for the scalar engines
 };
 
 // The reference engine: plain C++, every score kind, used on

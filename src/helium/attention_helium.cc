@@ -394,7 +394,7 @@ void RunTask(const Problem& p, size_t task, const unsigned char* shared,
 extern const Engine kHeliumEngine = {"helium",           &Supports,
                                      &NumTasks,          &NoSharedWorkspace,
                                      &WorkspacePerWorker, nullptr,
-                                     &RunTask};
+                                     &RunTask, nullptr};
 
 const Engine* HeliumEngine() { return &kHeliumEngine; }
 

@@ -209,7 +209,7 @@ struct Flash {
                        int64_t nb, bool bias, bool masks, float* st) {
     if (bias) {
       for (int64_t r = 0; r < rows; ++r) {
-        AddBias(tile.bias[r], j0, nb, R, st + r);
+        if (tile.bias[r] != nullptr) AddBias(tile.bias[r], j0, nb, R, st + r);
       }
     }
     if (!masks) return;
@@ -965,10 +965,97 @@ struct Flash {
     }
   }
 
+  // --------------------------------------- building blocks, for tests
+
+  static void BlockExp(const float* x, float* y, size_t n) {
+    const size_t N = O::Lanes();
+    alignas(64) float tail[kMaxLanes];
+    size_t i = 0;
+    for (; i + N <= n; i += N) O::StoreU(ExpNonPositive(O::LoadU(x + i)), y + i);
+    if (i < n) {
+      for (size_t u = 0; u < N; ++u) tail[u] = i + u < n ? x[i + u] : 0.0f;
+      O::Store(ExpNonPositive(O::Load(tail)), tail);
+      for (size_t u = 0; i + u < n; ++u) y[i + u] = tail[u];
+    }
+  }
+
+  static void BlockTranspose(float* m) {
+    if constexpr (O::kTransposeLanes != 0) {
+      constexpr size_t kN = O::kTransposeLanes;
+      V blk[kN];
+      for (size_t i = 0; i < kN; ++i) blk[i] = O::LoadU(m + i * kN);
+      O::Transpose(blk);
+      for (size_t i = 0; i < kN; ++i) O::StoreU(blk[i], m + i * kN);
+    } else {
+      (void)m;
+    }
+  }
+
+  static void BlockEpilogue(const int32_t* lo, const int32_t* hi,
+                            const float* const* bias, int64_t rows, int rv,
+                            int64_t kv_len, int64_t j0, int64_t nb,
+                            float* st) {
+    alignas(64) int32_t lo_buf[2 * kMaxLanes], hi_buf[2 * kMaxLanes];
+    alignas(64) float rel_lo[2 * kMaxLanes] = {}, rel_hi[2 * kMaxLanes] = {};
+    const float* bias_buf[2 * kMaxLanes];
+    const size_t R = static_cast<size_t>(rv) * O::Lanes();
+    RowsSpan span;
+    span.begin = kv_len;
+    span.end = 0;
+    span.full_begin = 0;
+    span.full_end = kv_len;
+    bool any_bias = false;
+    for (size_t r = 0; r < R; ++r) {
+      const bool real = static_cast<int64_t>(r) < rows;
+      lo_buf[r] = real ? lo[r] : 0;
+      hi_buf[r] = real ? hi[r] : 0;
+      bias_buf[r] = real ? bias[r] : nullptr;
+      any_bias = any_bias || bias_buf[r] != nullptr;
+      if (real) span.Add(KeyInterval{lo[r], hi[r]});
+    }
+    Tile tile = {};
+    tile.lo = lo_buf;
+    tile.hi = hi_buf;
+    tile.rel_lo = rel_lo;
+    tile.rel_hi = rel_hi;
+    tile.bias = bias_buf;
+    const bool masks = span.Masks(j0, nb);
+    if (rv == 1) {
+      Epilogue<1>(tile, rows, R, j0, nb, any_bias, masks, st);
+    } else {
+      Epilogue<2>(tile, rows, R, j0, nb, any_bias, masks, st);
+    }
+  }
+
+  static void BlockFinishRow(const Problem& p, int64_t row, float m, float l,
+                             const float* o, size_t stride, int64_t c_begin,
+                             int64_t w_lo, int64_t w_hi) {
+    alignas(64) float tail[kMaxLanes];
+    RowState s;
+    s.row = row;
+    s.m = m;
+    s.l = l;
+    s.o = o;
+    s.o_stride = stride;
+    s.c_begin = c_begin;
+    s.w_lo = w_lo;
+    s.w_hi = w_hi;
+    FinishRow(p, s, tail);
+  }
+
+  static size_t LanesOf() { return O::Lanes(); }
+
+  // Scratch for a vector of any target (SVE up to 2048 bits).
+  static constexpr size_t kMaxLanes = 64;
+
+  static constexpr PipelineBlocks kBlocks = {
+      &LanesOf, O::kTransposeLanes, &BlockExp, &BlockTranspose, &BlockEpilogue,
+      &BlockFinishRow};
+
   static constexpr Engine MakeEngine(const char* name) {
     return Engine{name,           &Supports,           &NumTasks,
                   &SharedWorkspace, &WorkspacePerWorker, &Prepare,
-                  &RunTask};
+                  &RunTask,       &kBlocks};
   }
 };
 

@@ -150,7 +150,7 @@ void RunTask(const Problem& p, size_t task, const unsigned char*,
 extern const Engine kReferenceEngine = {"reference",         &Supports,
                                         &NumTasks,           &NoSharedWorkspace,
                                         &WorkspacePerWorker, nullptr,
-                                        &RunTask};
+                                        &RunTask, nullptr};
 
 const Engine* ReferenceEngine() { return &kReferenceEngine; }
 

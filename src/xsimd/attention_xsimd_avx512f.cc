@@ -10,6 +10,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #define QKV_SIMD_NAMESPACE xsimd_avx512f
+#define QKV_XSIMD_LIBRARY_NAMESPACE xsimd_avx512f_library
 #include "engine.h"
 #include "tiling.h"
 #include "xsimd/ops_xsimd-inl.h"

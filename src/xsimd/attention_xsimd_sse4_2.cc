@@ -4,6 +4,7 @@
 // its own namespace, so that nothing here shares a linkage name with code
 // built for another instruction set.
 #define QKV_SIMD_NAMESPACE xsimd_sse4_2
+#define QKV_XSIMD_LIBRARY_NAMESPACE xsimd_sse4_2_library
 #include "engine.h"
 #include "tiling.h"
 #include "xsimd/ops_xsimd-inl.h"

@@ -12,11 +12,21 @@
 
 #include <type_traits>
 
-#include <xsimd/xsimd.hpp>
-
 #ifndef QKV_SIMD_NAMESPACE
 #error "define QKV_SIMD_NAMESPACE (the per-architecture namespace) first"
 #endif
+#ifndef QKV_XSIMD_LIBRARY_NAMESPACE
+#error "define QKV_XSIMD_LIBRARY_NAMESPACE (xsimd's own, renamed) first"
+#endif
+
+// xsimd's own inline code, renamed per architecture: the AVX-512 object
+// also uses xsimd's AVX2 and SSE4.2 types (the tiny path's narrower
+// vectors), and without the renaming their out-of-line copies, compiled with
+// AVX-512 flags, would share linkage names with the AVX2 and SSE4.2
+// objects' copies (in unoptimized builds, where they are not inlined).
+// Every name xsimd:: in this object, xsimd's and ours, is the renamed one.
+#define xsimd QKV_XSIMD_LIBRARY_NAMESPACE
+#include <xsimd/xsimd.hpp>
 
 // In-register square transposes (src/transpose_x86.h) for the architecture
 // this file is compiled for: 16 x 16 with AVX-512, 8 x 8 with AVX2.
