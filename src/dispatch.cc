@@ -34,8 +34,8 @@ EngineList MakeEngineList() {
   list.count = HighwayEngines(list.engines, kMaxEngines - 1);
 #endif
 #if QKV_HAVE_XSIMD
-  list.count += XsimdEngines(list.engines + list.count,
-                             kMaxEngines - 1 - list.count);
+  list.count +=
+      XsimdEngines(list.engines + list.count, kMaxEngines - 1 - list.count);
 #endif
 #if QKV_HAVE_HELIUM
   list.engines[list.count++] = HeliumEngine();
@@ -117,6 +117,17 @@ const Engine* FindEngine(const char* name) {
   return nullptr;
 }
 
+const PipelineBlocks* BlocksOf(const Engine* engine) {
+  const PipelineBlocks* blocks = nullptr;
+#if QKV_HAVE_HIGHWAY
+  blocks = HighwayBlocks(engine);
+#endif
+#if QKV_HAVE_XSIMD
+  if (blocks == nullptr) blocks = XsimdBlocks(engine);
+#endif
+  return blocks;
+}
+
 #else  // !QKV_RUNTIME_ENGINE_LIST
 
 // The engines of this build in their compile-time order, in .rodata.
@@ -170,6 +181,8 @@ const Engine* FindEngine(const char* name) {
   }
   return nullptr;
 }
+
+const PipelineBlocks* BlocksOf(const Engine*) { return nullptr; }
 
 #endif  // QKV_RUNTIME_ENGINE_LIST
 

@@ -42,7 +42,7 @@ constexpr size_t AlignUp(size_t n) {
 
 // The building blocks of the SIMD pipeline (src/pipeline/flash-inl.h) on
 // plain arrays, for the unit tests (tests/blocks_test.cc) to run at vector
-// and tile edges on every target. NULL for the scalar engines.
+// and tile edges on every target (BlocksOf).
 struct PipelineBlocks {
   size_t (*lanes)();       // N: floats per vector
   size_t transpose_lanes;  // side of the in-register transpose, 0: none
@@ -84,7 +84,6 @@ struct Engine {
   void (*prepare)(const Problem& p, unsigned char* shared);  // may be NULL
   void (*run_task)(const Problem& p, size_t task, const unsigned char* shared,
                    unsigned char* workspace);
-  const PipelineBlocks* blocks;  // NULL for the scalar engines
 };
 
 // The reference engine: plain C++, every score kind, used on
@@ -113,6 +112,11 @@ extern const Engine kHeliumEngine;
 size_t EngineCount();
 const Engine* EngineAt(size_t index);
 const Engine* FindEngine(const char* name);  // NULL when not runnable here
+// The building blocks of a SIMD engine of the list; NULL for the scalar
+// engines (and in builds without SIMD engines).
+const PipelineBlocks* BlocksOf(const Engine* engine);
+const PipelineBlocks* HighwayBlocks(const Engine* engine);
+const PipelineBlocks* XsimdBlocks(const Engine* engine);
 // The engine a call without desc.backend uses: the first in the list that
 // serves the problem, except where measurements say another is faster.
 const Engine* DefaultEngineFor(const Problem& p);

@@ -53,8 +53,7 @@ inline KeyInterval RowKeys(const Problem& p, int64_t b, int64_t i) {
 }
 
 // Bias row for (batch b, query head h, query i), or NULL without a bias.
-inline const float* BiasRow(const Problem& p, int64_t b, int64_t h,
-                            int64_t i) {
+inline const float* BiasRow(const Problem& p, int64_t b, int64_t h, int64_t i) {
   if (p.bias == nullptr) return nullptr;
   return p.bias + b * p.bias_batch_stride + h * p.bias_head_stride +
          i * p.kv_len;
@@ -78,15 +77,19 @@ inline float WithBias(float s, float bias) {
 struct RowFinish {
   bool seen;    // some key was visible (l > 0)
   float inv_l;  // 1 / l, or 0
-  float lse;    // m + log(l), or -inf
 };
 
-inline RowFinish FinishRow(float m, float l) {
+inline RowFinish FinishRow(float l) {
   RowFinish f;
   f.seen = l > 0.0f;
   f.inv_l = f.seen ? 1.0f / l : 0.0f;
-  f.lse = f.seen ? m + logf(l) : -INFINITY;
   return f;
+}
+
+// The row's log-sum-exp: m + log(l), or -inf when it saw no key. Computed
+// only when the caller asked for lse (a logf per row).
+inline float RowLse(float m, float l) {
+  return l > 0.0f ? m + logf(l) : -INFINITY;
 }
 
 }  // namespace

@@ -23,7 +23,9 @@ namespace {
 std::vector<const qkv::Engine*> SimdEngines() {
   std::vector<const qkv::Engine*> out;
   for (size_t i = 0; i < qkv::EngineCount(); ++i) {
-    if (qkv::EngineAt(i)->blocks != nullptr) out.push_back(qkv::EngineAt(i));
+    if (qkv::BlocksOf(qkv::EngineAt(i)) != nullptr) {
+      out.push_back(qkv::EngineAt(i));
+    }
   }
   return out;
 }
@@ -38,7 +40,7 @@ std::string Name(const testing::TestParamInfo<const qkv::Engine*>& info) {
 
 class Blocks : public testing::TestWithParam<const qkv::Engine*> {
  protected:
-  const qkv::PipelineBlocks& b() const { return *GetParam()->blocks; }
+  const qkv::PipelineBlocks& b() const { return *qkv::BlocksOf(GetParam()); }
   size_t N() const { return b().lanes(); }
 };
 
@@ -130,8 +132,8 @@ TEST_P(Blocks, EpilogueMatchesDefinition) {
   int cases = 0;
   for (int rv : {1, 2}) {
     const size_t R = static_cast<size_t>(rv) * N();
-    for (int64_t rows : {static_cast<int64_t>(R), static_cast<int64_t>(R) - 1,
-                         int64_t{1}}) {
+    for (int64_t rows :
+         {static_cast<int64_t>(R), static_cast<int64_t>(R) - 1, int64_t{1}}) {
       if (rows < 1) continue;
       for (int64_t nb : {int64_t{1}, static_cast<int64_t>(N()),
                          qkv::kBlockKeys - 1, qkv::kBlockKeys}) {
@@ -163,7 +165,8 @@ TEST_P(Blocks, EpilogueMatchesDefinition) {
                   break;
                 default:  // random intervals and biases
                   lo[r] = static_cast<int32_t>(rng() % kv_len);
-                  hi[r] = static_cast<int32_t>(lo[r] + rng() % (kv_len - lo[r] + 1));
+                  hi[r] = static_cast<int32_t>(lo[r] +
+                                               rng() % (kv_len - lo[r] + 1));
                   if (rng() % 2) bias[r] = bias_rows.data() + (r % 64) * kv_len;
                   break;
               }
@@ -190,9 +193,9 @@ TEST_P(Blocks, EpilogueMatchesDefinition) {
               for (int64_t r = 0; r < rows; ++r) {
                 const float g = st[j * R + r], w = want[j * R + r];
                 ASSERT_TRUE(g == w || (std::isnan(g) && std::isnan(w)))
-                    << "rv " << rv << " rows " << rows << " nb " << nb
-                    << " j0 " << j0 << " variant " << variant << " key "
-                    << j0 + j << " row " << r << ": " << g << " want " << w;
+                    << "rv " << rv << " rows " << rows << " nb " << nb << " j0 "
+                    << j0 << " variant " << variant << " key " << j0 + j
+                    << " row " << r << ": " << g << " want " << w;
               }
             }
             ++cases;
@@ -211,14 +214,14 @@ TEST_P(Blocks, EpilogueMatchesDefinition) {
 // and nothing written outside the row.
 TEST_P(Blocks, RowFinisherMatchesDefinition) {
   const size_t n = N();
-  for (int64_t dv : {int64_t{1}, static_cast<int64_t>(n) - 1,
-                     static_cast<int64_t>(n), static_cast<int64_t>(n) + 1,
-                     2 * static_cast<int64_t>(n) + 3}) {
+  for (int64_t dv :
+       {int64_t{1}, static_cast<int64_t>(n) - 1, static_cast<int64_t>(n),
+        static_cast<int64_t>(n) + 1, 2 * static_cast<int64_t>(n) + 3}) {
     if (dv < 1) continue;
     for (size_t stride : {size_t{1}, 2 * n}) {
-      for (int64_t c_begin : {int64_t{0}, dv > static_cast<int64_t>(n)
-                                              ? static_cast<int64_t>(n)
-                                              : int64_t{0}}) {
+      for (int64_t c_begin :
+           {int64_t{0}, dv > static_cast<int64_t>(n) ? static_cast<int64_t>(n)
+                                                     : int64_t{0}}) {
         for (bool seen : {true, false}) {
           const int64_t lk = 70, rows = 3, row = 1;
           const int64_t w_lo = 3, w_hi = 67;
@@ -276,8 +279,7 @@ TEST_P(Blocks, RowFinisherMatchesDefinition) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Simd, Blocks, testing::ValuesIn(SimdEngines()),
-                         Name);
+INSTANTIATE_TEST_SUITE_P(Simd, Blocks, testing::ValuesIn(SimdEngines()), Name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Blocks);
 
 // Key intervals and the block-skipping summary (scalar, shared by every
@@ -306,9 +308,9 @@ TEST(RowsSpan, MasksOnlyBlocksThatCutARow) {
   s.Add(qkv::KeyInterval{64, 150});
   EXPECT_EQ(s.begin, 10);
   EXPECT_EQ(s.end, 200);
-  EXPECT_TRUE(s.Masks(0, 64));     // row 0 starts at 10, row 1 at 64
-  EXPECT_FALSE(s.Masks(64, 64));   // both see [64, 128)
-  EXPECT_TRUE(s.Masks(128, 64));   // row 1 ends at 150
+  EXPECT_TRUE(s.Masks(0, 64));    // row 0 starts at 10, row 1 at 64
+  EXPECT_FALSE(s.Masks(64, 64));  // both see [64, 128)
+  EXPECT_TRUE(s.Masks(128, 64));  // row 1 ends at 150
   s.Add(qkv::KeyInterval{5, 5});  // a row that sees nothing masks every block
   EXPECT_TRUE(s.Masks(64, 64));
 }

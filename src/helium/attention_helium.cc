@@ -292,11 +292,11 @@ __attribute__((noinline)) void RowExtras(const Problem& p, size_t row,
                                          const float* scores, int32_t lo,
                                          int32_t visible, float max_score,
                                          float sum) {
-  const RowFinish f = FinishRow(max_score, sum);
   if (p.weights != nullptr) {
+    const RowFinish f = FinishRow(sum);
     const size_t lk = static_cast<size_t>(p.kv_len);
     float* w = p.weights + row * lk;
-    for (int32_t j = 0; j < lo; ++j) w[j] = 0.0f;
+    for (size_t j = 0; j < lk; ++j) w[j] = 0.0f;
     w += lo;
     const int32_t shown = f.seen ? visible : 0;
     for (int32_t j = 0; j < shown; j += 4) {
@@ -304,11 +304,8 @@ __attribute__((noinline)) void RowExtras(const Problem& p, size_t row,
       vstrwq_p_f32(w + j, vmulq_n_f32(vldrwq_z_f32(scores + j, t), f.inv_l),
                    t);
     }
-    for (size_t j = static_cast<size_t>(lo + shown); j < lk; ++j) {
-      w[j - static_cast<size_t>(lo)] = 0.0f;
-    }
   }
-  if (p.lse != nullptr) p.lse[row] = f.lse;
+  if (p.lse != nullptr) p.lse[row] = RowLse(max_score, sum);
 }
 
 // Query row i of (batch b, head h) against that head's keys k and values v.
@@ -394,7 +391,7 @@ void RunTask(const Problem& p, size_t task, const unsigned char* shared,
 extern const Engine kHeliumEngine = {"helium",           &Supports,
                                      &NumTasks,          &NoSharedWorkspace,
                                      &WorkspacePerWorker, nullptr,
-                                     &RunTask, nullptr};
+                                     &RunTask};
 
 const Engine* HeliumEngine() { return &kHeliumEngine; }
 

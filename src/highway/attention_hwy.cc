@@ -4,9 +4,8 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "highway/attention_hwy.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-
 #include "engine.h"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "tiling.h"
 
@@ -55,6 +54,8 @@ const Engine* GetEngine() {
   return &kEngine;
 }
 
+const PipelineBlocks* GetBlocks() { return &Flash<Ops>::kBlocks; }
+
 // NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace HWY_NAMESPACE
 }  // namespace qkv
@@ -63,31 +64,47 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace qkv {
 
-size_t HighwayEngines(const Engine** out, size_t max) {
-  using GetFn = const Engine* (*)();
-  struct Candidate {
-    int64_t target;
-    GetFn get;
-  };
-  // Best first. HWY_CHOOSE_* is nullptr for targets this build did not
-  // compile.
-  static const Candidate kCandidates[] = {
-      {HWY_AVX3_DL, HWY_CHOOSE_AVX3_DL(GetEngine)},
-      {HWY_AVX3, HWY_CHOOSE_AVX3(GetEngine)},
-      {HWY_AVX2, HWY_CHOOSE_AVX2(GetEngine)},
-      {HWY_SSE4, HWY_CHOOSE_SSE4(GetEngine)},
-      {HWY_SSSE3, HWY_CHOOSE_SSSE3(GetEngine)},
-      {HWY_SVE2, HWY_CHOOSE_SVE2(GetEngine)},
-      {HWY_SVE, HWY_CHOOSE_SVE(GetEngine)},
-      {HWY_NEON, HWY_CHOOSE_NEON(GetEngine)},
-      {HWY_WASM, HWY_CHOOSE_WASM(GetEngine)},
+namespace {
+
+struct Candidate {
+  int64_t target;
+  const Engine* (*get)();
+  const PipelineBlocks* (*blocks)();
+};
+
+// Best first. HWY_CHOOSE_* is nullptr for targets this build did not
+// compile.
+#define QKV_HWY_CANDIDATE(T) \
+  { HWY_##T, HWY_CHOOSE_##T(GetEngine), HWY_CHOOSE_##T(GetBlocks) }
+const Candidate kCandidates[] = {
+    QKV_HWY_CANDIDATE(AVX3_DL),
+    QKV_HWY_CANDIDATE(AVX3),
+    QKV_HWY_CANDIDATE(AVX2),
+    QKV_HWY_CANDIDATE(SSE4),
+    QKV_HWY_CANDIDATE(SSSE3),
+    QKV_HWY_CANDIDATE(SVE2),
+    QKV_HWY_CANDIDATE(SVE),
+    QKV_HWY_CANDIDATE(NEON),
+    QKV_HWY_CANDIDATE(WASM),
 #if HWY_TARGETS & HWY_EMU128
-      {HWY_EMU128, &N_EMU128::GetEngine},
+    {HWY_EMU128, &N_EMU128::GetEngine, &N_EMU128::GetBlocks},
 #endif
 #if HWY_TARGETS & HWY_SCALAR
-      {HWY_SCALAR, &N_SCALAR::GetEngine},
+    {HWY_SCALAR, &N_SCALAR::GetEngine, &N_SCALAR::GetBlocks},
 #endif
-  };
+};
+#undef QKV_HWY_CANDIDATE
+
+}  // namespace
+
+const PipelineBlocks* HighwayBlocks(const Engine* engine) {
+  for (const Candidate& c : kCandidates) {
+    if (c.get != nullptr && c.get() == engine) return c.blocks();
+  }
+  return nullptr;
+}
+
+size_t HighwayEngines(const Engine** out, size_t max) {
   // The static target is the baseline the compiler was told this CPU has,
   // so it runs wherever this code runs. It is added to what the library
   // detects because libhwy may not know it: Debian's armhf libhwy is built

@@ -133,8 +133,8 @@ struct HwyOps {
     const auto i = hn::Iota(di, 0);
     const auto idx = hn::Mul(hn::Min(i, hn::Set(di, count - 1)),
                              hn::Set(di, stride));
-    return hn::IfThenElseZero(hn::RebindMask(D(), hn::Lt(i, hn::Set(di, count))),
-                              hn::GatherIndex(D(), base, idx));
+    const auto real = hn::RebindMask(D(), hn::Lt(i, hn::Set(di, count)));
+    return hn::IfThenElseZero(real, hn::GatherIndex(D(), base, idx));
   }
 
   // v[i] = row i in, column i out, for a kTransposeLanes-square block.

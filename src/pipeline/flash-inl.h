@@ -453,7 +453,7 @@ struct Flash {
   // Writes the row's out, lse and weights (the latter two when asked): a
   // row that saw no key gets zeros and -inf.
   static void FinishRow(const Problem& p, const RowState& s, float* tail) {
-    const RowFinish f = qkv::FinishRow(s.m, s.l);
+    const RowFinish f = qkv::FinishRow(s.l);
     const int64_t dv = p.value_dim, lk = p.kv_len;
     float* out = p.out + s.row * dv;
     if (!f.seen) {
@@ -476,7 +476,7 @@ struct Flash {
       }
       for (; c < dv; ++c) out[c] = s.o[c * s.o_stride] * f.inv_l;
     }
-    if (p.lse != nullptr) p.lse[s.row] = f.lse;
+    if (p.lse != nullptr) p.lse[s.row] = RowLse(s.m, s.l);
     if (p.weights != nullptr) {
       float* w = p.weights + s.row * lk;
       for (int64_t j = 0; j < s.w_lo; ++j) w[j] = 0.0f;
@@ -500,7 +500,7 @@ struct Flash {
     if constexpr (O::kTransposeLanes != 0) {
       constexpr size_t kN = O::kTransposeLanes;
       for (int64_t r = 0; r < rows; ++r) {
-        tile.inv_l[r] = qkv::FinishRow(tile.m[r], tile.sum[r]).inv_l;
+        tile.inv_l[r] = qkv::FinishRow(tile.sum[r]).inv_l;
       }
       V blk[kN];
       for (; c_done + static_cast<int64_t>(kN) <= dv; c_done += kN) {
@@ -598,9 +598,19 @@ struct Flash {
                        int64_t t0, int64_t d) {
     float s = 0.0f;
     for (int64_t t = t0; t < d; ++t) {
-      s += ScoreTermScalar<kKind>(q[t], kr[t], kKind == kAdditive ? w_v[t] : 0);
+      const float w = kKind == kAdditive ? w_v[t] : 0.0f;
+      s += ScoreTermScalar<kKind>(q[t], kr[t], w);
     }
     return s;
+  }
+
+  // A row score: the vector part's lanes, the scalar tail, the factor.
+  template <int kKind>
+  static inline float Finished(V acc, const float* q, const float* kr,
+                               const float* w_v, int64_t d_full, int64_t d,
+                               float finish) {
+    return (O::ReduceSum(acc) + RowTail<kKind>(q, kr, w_v, d_full, d)) *
+           finish;
   }
 
   template <int kKind>
@@ -612,7 +622,9 @@ struct Flash {
     const int64_t d_full = d - d % N;
     int64_t j = 0;
     if (d_full == 0) {  // vectors shorter than one SIMD vector: plain loops
-      for (; j < nb; ++j) st[j] = RowTail<kKind>(q, k + j * d, w_v, 0, d) * finish;
+      for (; j < nb; ++j) {
+        st[j] = RowTail<kKind>(q, k + j * d, w_v, 0, d) * finish;
+      }
       return;
     }
     for (; j + 4 <= nb; j += 4) {
@@ -633,10 +645,10 @@ struct Flash {
         a2 = ScoreTerm<kKind>(qv, O::LoadU(k2 + t), wv, a2);
         a3 = ScoreTerm<kKind>(qv, O::LoadU(k3 + t), wv, a3);
       }
-      st[j + 0] = (O::ReduceSum(a0) + RowTail<kKind>(q, k0, w_v, d_full, d)) * finish;
-      st[j + 1] = (O::ReduceSum(a1) + RowTail<kKind>(q, k1, w_v, d_full, d)) * finish;
-      st[j + 2] = (O::ReduceSum(a2) + RowTail<kKind>(q, k2, w_v, d_full, d)) * finish;
-      st[j + 3] = (O::ReduceSum(a3) + RowTail<kKind>(q, k3, w_v, d_full, d)) * finish;
+      st[j + 0] = Finished<kKind>(a0, q, k0, w_v, d_full, d, finish);
+      st[j + 1] = Finished<kKind>(a1, q, k1, w_v, d_full, d, finish);
+      st[j + 2] = Finished<kKind>(a2, q, k2, w_v, d_full, d, finish);
+      st[j + 3] = Finished<kKind>(a3, q, k3, w_v, d_full, d, finish);
     }
     for (; j < nb; ++j) {
       const float* k0 = k + j * d;
@@ -645,7 +657,7 @@ struct Flash {
         const V wv = kKind == kAdditive ? O::LoadU(w_v + t) : O::Zero();
         a0 = ScoreTerm<kKind>(O::LoadU(q + t), O::LoadU(k0 + t), wv, a0);
       }
-      st[j] = (O::ReduceSum(a0) + RowTail<kKind>(q, k0, w_v, d_full, d)) * finish;
+      st[j] = Finished<kKind>(a0, q, k0, w_v, d_full, d, finish);
     }
   }
 
@@ -971,7 +983,9 @@ struct Flash {
     const size_t N = O::Lanes();
     alignas(64) float tail[kMaxLanes];
     size_t i = 0;
-    for (; i + N <= n; i += N) O::StoreU(ExpNonPositive(O::LoadU(x + i)), y + i);
+    for (; i + N <= n; i += N) {
+      O::StoreU(ExpNonPositive(O::LoadU(x + i)), y + i);
+    }
     if (i < n) {
       for (size_t u = 0; u < N; ++u) tail[u] = i + u < n ? x[i + u] : 0.0f;
       O::Store(ExpNonPositive(O::Load(tail)), tail);
@@ -1055,7 +1069,7 @@ struct Flash {
   static constexpr Engine MakeEngine(const char* name) {
     return Engine{name,           &Supports,           &NumTasks,
                   &SharedWorkspace, &WorkspacePerWorker, &Prepare,
-                  &RunTask,       &kBlocks};
+                  &RunTask};
   }
 };
 

@@ -74,7 +74,6 @@ void RunTask(const Problem& p, size_t task, const unsigned char*,
   float* key_proj = scores + lk;                       // ADDITIVE only
   float* query_proj = key_proj + lk * p.additive_hidden;  // ADDITIVE only
   const int64_t hidden = p.additive_hidden;
-  const float factor = ScoreFactor(p);
 
   if (p.score == QKV_SCORE_ADDITIVE) {
     for (int64_t j = 0; j < lk; ++j) {
@@ -93,23 +92,23 @@ void RunTask(const Problem& p, size_t task, const unsigned char*,
     if (p.score == QKV_SCORE_ADDITIVE) Project(p.w_q, q, hidden, d, query_proj);
     float max_score = -INFINITY;
     for (int64_t j = keys.lo; j < keys.hi; ++j) {
-      float raw;
+      float s;  // the kind's sum times its factor (src/semantics.h)
       if (p.score == QKV_SCORE_DOT) {
-        raw = Dot(q, k + j * d, d);
+        s = ScoreFactor(p) * Dot(q, k + j * d, d);
       } else if (p.score == QKV_SCORE_GAUSSIAN) {
-        raw = 0.0f;
+        float dist = 0.0f;
         for (int64_t t = 0; t < d; ++t) {
           const float diff = q[t] - k[j * d + t];
-          raw += diff * diff;
+          dist += diff * diff;
         }
+        s = ScoreFactor(p) * dist;
       } else {
         const float* kp = key_proj + j * hidden;
-        raw = 0.0f;
+        s = 0.0f;
         for (int64_t u = 0; u < hidden; ++u) {
-          raw += p.w_v[u] * tanhf(query_proj[u] + kp[u]);
+          s += p.w_v[u] * tanhf(query_proj[u] + kp[u]);
         }
       }
-      float s = factor * raw;
       if (bias != nullptr) s = WithBias(s, bias[j]);
       scores[j] = s;
       if (s > max_score) max_score = s;
@@ -123,7 +122,7 @@ void RunTask(const Problem& p, size_t task, const unsigned char*,
       }
     }
     // sum >= 1 whenever a key is visible (the max contributes exp(0)).
-    const RowFinish f = FinishRow(max_score, sum);
+    const RowFinish f = FinishRow(sum);
 
     for (int64_t c = 0; c < dv; ++c) out[c] = 0.0f;
     if (f.seen) {
@@ -141,7 +140,7 @@ void RunTask(const Problem& p, size_t task, const unsigned char*,
         weights[j] = shown ? scores[j] * f.inv_l : 0.0f;
       }
     }
-    if (p.lse != nullptr) p.lse[row] = f.lse;
+    if (p.lse != nullptr) p.lse[row] = RowLse(max_score, sum);
   }
 }
 
@@ -150,7 +149,7 @@ void RunTask(const Problem& p, size_t task, const unsigned char*,
 extern const Engine kReferenceEngine = {"reference",         &Supports,
                                         &NumTasks,           &NoSharedWorkspace,
                                         &WorkspacePerWorker, nullptr,
-                                        &RunTask, nullptr};
+                                        &RunTask};
 
 const Engine* ReferenceEngine() { return &kReferenceEngine; }
 

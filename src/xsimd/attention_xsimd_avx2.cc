@@ -6,16 +6,22 @@
 #define QKV_SIMD_NAMESPACE xsimd_avx2
 #define QKV_XSIMD_LIBRARY_NAMESPACE xsimd_avx2_library
 #include "engine.h"
+#include "pipeline/flash-inl.h"
 #include "tiling.h"
 #include "xsimd/ops_xsimd-inl.h"
-#include "pipeline/flash-inl.h"
 
 namespace qkv {
 
+namespace {
+using Kernel =
+    xsimd_avx2::Flash<xsimd_avx2::XsimdOps<xsimd::fma3<xsimd::avx2>>>;
+}  // namespace
+
 const Engine* XsimdAvx2Engine() {
-  using Kernel = xsimd_avx2::Flash<xsimd_avx2::XsimdOps<xsimd::fma3<xsimd::avx2>>>;
   static constexpr Engine kEngine = Kernel::MakeEngine("xsimd:avx2");
   return &kEngine;
 }
+
+const PipelineBlocks* XsimdAvx2Blocks() { return &Kernel::kBlocks; }
 
 }  // namespace qkv

@@ -12,16 +12,21 @@
 #define QKV_SIMD_NAMESPACE xsimd_avx512f
 #define QKV_XSIMD_LIBRARY_NAMESPACE xsimd_avx512f_library
 #include "engine.h"
+#include "pipeline/flash-inl.h"
 #include "tiling.h"
 #include "xsimd/ops_xsimd-inl.h"
-#include "pipeline/flash-inl.h"
 
 namespace qkv {
 
+namespace {
+using Kernel = xsimd_avx512f::Flash<xsimd_avx512f::XsimdOps<xsimd::avx512f>>;
+}  // namespace
+
 const Engine* XsimdAvx512fEngine() {
-  using Kernel = xsimd_avx512f::Flash<xsimd_avx512f::XsimdOps<xsimd::avx512f>>;
   static constexpr Engine kEngine = Kernel::MakeEngine("xsimd:avx512f");
   return &kEngine;
 }
+
+const PipelineBlocks* XsimdAvx512fBlocks() { return &Kernel::kBlocks; }
 
 }  // namespace qkv

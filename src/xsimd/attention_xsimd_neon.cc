@@ -6,16 +6,21 @@
 #define QKV_SIMD_NAMESPACE xsimd_neon
 #define QKV_XSIMD_LIBRARY_NAMESPACE xsimd_neon_library
 #include "engine.h"
+#include "pipeline/flash-inl.h"
 #include "tiling.h"
 #include "xsimd/ops_xsimd-inl.h"
-#include "pipeline/flash-inl.h"
 
 namespace qkv {
 
+namespace {
+using Kernel = xsimd_neon::Flash<xsimd_neon::XsimdOps<xsimd::neon>>;
+}  // namespace
+
 const Engine* XsimdNeonEngine() {
-  using Kernel = xsimd_neon::Flash<xsimd_neon::XsimdOps<xsimd::neon>>;
   static constexpr Engine kEngine = Kernel::MakeEngine("xsimd:neon");
   return &kEngine;
 }
+
+const PipelineBlocks* XsimdNeonBlocks() { return &Kernel::kBlocks; }
 
 }  // namespace qkv

@@ -6,16 +6,21 @@
 #define QKV_SIMD_NAMESPACE xsimd_neon64
 #define QKV_XSIMD_LIBRARY_NAMESPACE xsimd_neon64_library
 #include "engine.h"
+#include "pipeline/flash-inl.h"
 #include "tiling.h"
 #include "xsimd/ops_xsimd-inl.h"
-#include "pipeline/flash-inl.h"
 
 namespace qkv {
 
+namespace {
+using Kernel = xsimd_neon64::Flash<xsimd_neon64::XsimdOps<xsimd::neon64>>;
+}  // namespace
+
 const Engine* XsimdNeon64Engine() {
-  using Kernel = xsimd_neon64::Flash<xsimd_neon64::XsimdOps<xsimd::neon64>>;
   static constexpr Engine kEngine = Kernel::MakeEngine("xsimd:neon64");
   return &kEngine;
 }
+
+const PipelineBlocks* XsimdNeon64Blocks() { return &Kernel::kBlocks; }
 
 }  // namespace qkv

@@ -6,16 +6,21 @@
 #define QKV_SIMD_NAMESPACE xsimd_sse4_2
 #define QKV_XSIMD_LIBRARY_NAMESPACE xsimd_sse4_2_library
 #include "engine.h"
+#include "pipeline/flash-inl.h"
 #include "tiling.h"
 #include "xsimd/ops_xsimd-inl.h"
-#include "pipeline/flash-inl.h"
 
 namespace qkv {
 
+namespace {
+using Kernel = xsimd_sse4_2::Flash<xsimd_sse4_2::XsimdOps<xsimd::sse4_2>>;
+}  // namespace
+
 const Engine* XsimdSse42Engine() {
-  using Kernel = xsimd_sse4_2::Flash<xsimd_sse4_2::XsimdOps<xsimd::sse4_2>>;
   static constexpr Engine kEngine = Kernel::MakeEngine("xsimd:sse4.2");
   return &kEngine;
 }
+
+const PipelineBlocks* XsimdSse42Blocks() { return &Kernel::kBlocks; }
 
 }  // namespace qkv

@@ -25,19 +25,44 @@ namespace qkv {
 
 #if QKV_XSIMD_AVX512F
 const Engine* XsimdAvx512fEngine();
+const PipelineBlocks* XsimdAvx512fBlocks();
 #endif
 #if QKV_XSIMD_AVX2
 const Engine* XsimdAvx2Engine();
+const PipelineBlocks* XsimdAvx2Blocks();
 #endif
 #if QKV_XSIMD_SSE4_2
 const Engine* XsimdSse42Engine();
+const PipelineBlocks* XsimdSse42Blocks();
 #endif
 #if QKV_XSIMD_NEON64
 const Engine* XsimdNeon64Engine();
+const PipelineBlocks* XsimdNeon64Blocks();
 #endif
 #if QKV_XSIMD_NEON
 const Engine* XsimdNeonEngine();
+const PipelineBlocks* XsimdNeonBlocks();
 #endif
+
+const PipelineBlocks* XsimdBlocks(const Engine* engine) {
+#if QKV_XSIMD_AVX512F
+  if (engine == XsimdAvx512fEngine()) return XsimdAvx512fBlocks();
+#endif
+#if QKV_XSIMD_AVX2
+  if (engine == XsimdAvx2Engine()) return XsimdAvx2Blocks();
+#endif
+#if QKV_XSIMD_SSE4_2
+  if (engine == XsimdSse42Engine()) return XsimdSse42Blocks();
+#endif
+#if QKV_XSIMD_NEON64
+  if (engine == XsimdNeon64Engine()) return XsimdNeon64Blocks();
+#endif
+#if QKV_XSIMD_NEON
+  if (engine == XsimdNeonEngine()) return XsimdNeonBlocks();
+#endif
+  (void)engine;
+  return nullptr;
+}
 
 size_t XsimdEngines(const Engine** out, size_t max) {
   size_t n = 0;
@@ -53,7 +78,8 @@ size_t XsimdEngines(const Engine** out, size_t max) {
   // The file is compiled for the Skylake-X set; FMA comes with every AVX-512
   // CPU but is checked anyway.
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma")) {
     add(XsimdAvx512fEngine());
   }

@@ -51,7 +51,8 @@ struct XsimdOps {
   using M = xsimd::batch_bool<float, A>;
 
   static constexpr bool kAvx512 = std::is_same<A, xsimd::avx512f>::value;
-  static constexpr bool kAvx2 = std::is_same<A, xsimd::fma3<xsimd::avx2>>::value;
+  static constexpr bool kAvx2 =
+      std::is_same<A, xsimd::fma3<xsimd::avx2>>::value;
   // Keys (scores) or value columns (output) per register tile: 8 with 32
   // vector registers (AVX-512, AArch64 NEON), 4 with 16.
   static constexpr int kUnroll =
