@@ -287,17 +287,15 @@ __attribute__((noinline)) void WeightedRow(const float* p, const float* v, int32
 }
 
 // The outputs of row `row` past `out`: weights (scores holds the exps of
-// keys [lo, lo + visible), sum their total) and lse, when asked for.
+// keys [0, visible), sum their total) and lse, when asked for.
 __attribute__((noinline)) void RowExtras(const Problem& p, size_t row,
-                                         const float* scores, int32_t lo,
-                                         int32_t visible, float max_score,
-                                         float sum) {
+                                         const float* scores, int32_t visible,
+                                         float max_score, float sum) {
   if (p.weights != nullptr) {
     const RowFinish f = FinishRow(sum);
     const size_t lk = static_cast<size_t>(p.kv_len);
     float* w = p.weights + row * lk;
     for (size_t j = 0; j < lk; ++j) w[j] = 0.0f;
-    w += lo;
     const int32_t shown = f.seen ? visible : 0;
     for (int32_t j = 0; j < shown; j += 4) {
       const mve_pred16_t t = vctp32q(static_cast<uint32_t>(shown - j));
@@ -319,22 +317,20 @@ __attribute__((noinline)) void Row(const Problem& p, const float* k,
   const int32_t d = static_cast<int32_t>(p.head_dim);
   const int32_t dv = static_cast<int32_t>(p.value_dim);
   float* out = p.out + row * static_cast<size_t>(dv);
-  const KeyInterval keys =
-      RowKeys(p, static_cast<int64_t>(b), static_cast<int64_t>(i));
-  const int32_t lo = static_cast<int32_t>(keys.lo);
-  const int32_t visible = static_cast<int32_t>(keys.hi - keys.lo);
-  k += static_cast<size_t>(lo) * static_cast<size_t>(d);
-  v += static_cast<size_t>(lo) * static_cast<size_t>(dv);
+  // The row's keys are [0, hi): no mask of this version hides a prefix
+  // (RowKeys' lo is 0), and keeping it out of this loop keeps the
+  // firmware's size.
+  const int32_t visible = static_cast<int32_t>(
+      RowKeys(p, static_cast<int64_t>(b), static_cast<int64_t>(i)).hi);
   {
     const float* q = p.q + row * static_cast<size_t>(d);
     const float* bias = BiasRow(p, static_cast<int64_t>(b),
                                 static_cast<int64_t>(h),
                                 static_cast<int64_t>(i));
-    if (bias != nullptr) bias += lo;
     const float max_score =
         p.score == QKV_SCORE_GAUSSIAN
             ? ScoreRow<true>(q, k, visible, d, ScoreFactor(p), bias, scores)
-            : ScoreRow<false>(q, k, visible, d, ScoreFactor(p), bias, scores);
+            : ScoreRow<false>(q, k, visible, d, p.scale, bias, scores);  // DOT
     float sum = 0.0f;
     bool has_zero = false;
     if (max_score != -INFINITY) {
@@ -351,7 +347,7 @@ __attribute__((noinline)) void Row(const Problem& p, const float* k,
       }
     }
     if (p.weights != nullptr || p.lse != nullptr) {
-      RowExtras(p, row, scores, lo, visible, max_score, sum);
+      RowExtras(p, row, scores, visible, max_score, sum);
     }
   }
 }
