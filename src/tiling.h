@@ -321,6 +321,14 @@ struct Tile {
   float* s_row;   // [kBlockKeys + lanes] scores of one row
 };
 
+// 0, 1, 2, ...: the key index of each lane in the tiny path (vectors of up
+// to 2048 bits).
+alignas(64) constexpr float kLaneIndex[64] = {
+    0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
+    16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
+    32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47,
+    48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
+
 // Tiny path (a row-path problem with kv_len <= lanes): keys and values
 // transposed, keys in lanes. Such a problem runs nothing else, so its
 // worker workspace is this small layout alone.

@@ -125,16 +125,18 @@ struct HwyOps {
                            hn::Mul(hn::Iota(di, 0), hn::Set(di, stride)));
   }
 
-  // Lane i = base[i * stride] for i < count, 0 for the other lanes; nothing
-  // past row count - 1 is read (1 <= count <= Lanes()).
-  static HWY_INLINE V GatherRows(const float* base, int32_t stride,
-                                 int32_t count) {
+  // dst[i] = base[i * stride] for i < count, 0 for the other lanes (dst
+  // aligned, one vector); nothing past row count - 1 is read
+  // (1 <= count <= Lanes()).
+  static HWY_INLINE void StoreRows(const float* base, int32_t stride,
+                                   int32_t count, float* dst) {
     const hn::RebindToSigned<D> di;
     const auto i = hn::Iota(di, 0);
     const auto idx = hn::Mul(hn::Min(i, hn::Set(di, count - 1)),
                              hn::Set(di, stride));
     const auto real = hn::RebindMask(D(), hn::Lt(i, hn::Set(di, count)));
-    return hn::IfThenElseZero(real, hn::GatherIndex(D(), base, idx));
+    hn::Store(hn::IfThenElseZero(real, hn::GatherIndex(D(), base, idx)), D(),
+              dst);
   }
 
   // v[i] = row i in, column i out, for a kTransposeLanes-square block.

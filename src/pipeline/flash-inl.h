@@ -64,6 +64,12 @@ namespace QKV_SIMD_NAMESPACE {
 #undef QKV_UNROLL8
 #define QKV_UNROLL8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 
+// The per-block steps are inlined into the tile loop whatever the
+// compiler's estimate: they pass vectors (running max, sum, rescale) by
+// pointer, which must stay in registers.
+#undef QKV_FLASH_INLINE
+#define QKV_FLASH_INLINE inline __attribute__((always_inline))
+
 template <class O>
 struct Flash {
   using V = typename O::V;
@@ -80,7 +86,7 @@ struct Flash {
   // [-87, 0] (the fit and that error: bench/exp_fit.py;
   // tests/softmax_ulp_test.cc holds every engine's softmax in ulps). 16
   // operations per vector, 11 of them on the FMA pipes.
-  static inline V ExpNonPositive(V x) {
+  static QKV_FLASH_INLINE V ExpNonPositive(V x) {
     const V lowest = O::Set(-87.0f);
     const V round = O::Set(12582912.0f);  // 1.5 * 2^23
     const V xc = O::Max(x, lowest);
@@ -102,7 +108,7 @@ struct Flash {
   // One term of a score's sum: q . k (DOT), |q - k|^2 (GAUSSIAN), or
   // w_v tanh(q + k) (ADDITIVE, on projections).
   template <int kKind>
-  static inline V ScoreTerm(V q, V k, V w, V acc) {
+  static QKV_FLASH_INLINE V ScoreTerm(V q, V k, V w, V acc) {
     if (kKind == kAdditive) return O::MulAdd(w, O::Tanh(O::Add(q, k)), acc);
     if (kKind == kGaussian) {
       const V e = O::Sub(q, k);
@@ -125,10 +131,10 @@ struct Flash {
   // (GAUSSIAN: -scale, kDotScaled: scale).
   template <int RV, int U, int kKind>
   __attribute__((noinline)) static void ScoreKeys(
-      const float* __restrict qt, size_t R, const float* __restrict k,
-      int64_t d, float finish_scale, const float* __restrict w_v,
-      float* __restrict st) {
-    const size_t N = O::Lanes();
+      const float* __restrict qt, const float* __restrict k, int64_t d,
+      float finish_scale, const float* __restrict w_v, float* __restrict st) {
+    // The tile's row stride, a constant wherever the vector width is.
+    const size_t N = O::Lanes(), R = RV * N;
     const V finish = O::Set(finish_scale);
     constexpr bool kFinish = kKind == kGaussian || kKind == kDotScaled;
     (void)w_v;
@@ -165,24 +171,26 @@ struct Flash {
   }
 
   template <int RV, int kKind>
-  static void ScoresOf(const float* __restrict qt, size_t R,
-                       const float* __restrict k, int64_t d, int64_t nb,
-                       float finish, const float* __restrict w_v,
-                       float* __restrict st, PrefetchStream* pf) {
+  static QKV_FLASH_INLINE void ScoresOf(const float* __restrict qt,
+                                        size_t R, const float* __restrict k,
+                                        int64_t d, int64_t nb, float finish,
+                                        const float* __restrict w_v,
+                                        float* __restrict st,
+                                        PrefetchStream* pf) {
     int64_t j = 0;
     for (; j + O::kUnroll <= nb; j += O::kUnroll) {
       pf->Step();
-      ScoreKeys<RV, O::kUnroll, kKind>(qt, R, k + j * d, d, finish, w_v,
+      ScoreKeys<RV, O::kUnroll, kKind>(qt, k + j * d, d, finish, w_v,
                                        st + j * R);
     }
     for (; j < nb; ++j) {
-      ScoreKeys<RV, 1, kKind>(qt, R, k + j * d, d, finish, w_v, st + j * R);
+      ScoreKeys<RV, 1, kKind>(qt, k + j * d, d, finish, w_v, st + j * R);
     }
   }
 
   // The score kind, chosen once per block.
   template <int RV>
-  static void Scores(const Operands& op, const float* w_v,
+  static QKV_FLASH_INLINE void Scores(const Operands& op, const float* w_v,
                      const float* __restrict qt, size_t R,
                      const float* __restrict k, int64_t nb,
                      float* __restrict st, PrefetchStream* pf) {
@@ -205,7 +213,7 @@ struct Flash {
   // then its key interval (keys outside [lo, hi) become -inf). `masks`:
   // some row's interval cuts this block (RowsSpan::Masks).
   template <int RV>
-  static void Epilogue(const Tile& tile, int64_t rows, size_t R, int64_t j0,
+  static QKV_FLASH_INLINE void Epilogue(const Tile& tile, int64_t rows, size_t R, int64_t j0,
                        int64_t nb, bool bias, bool masks, float* st) {
     if (bias) {
       for (int64_t r = 0; r < rows; ++r) {
@@ -238,9 +246,9 @@ struct Flash {
   // reaches it (0 * NaN is NaN). Used only in blocks that hide some keys.
   template <int RV, int U, bool kGuard>
   __attribute__((noinline)) static void OutputColumns(
-      const float* __restrict pt, size_t R, const float* __restrict v,
-      int64_t dv, int64_t nb, V alpha0, V alpha1, float* __restrict ot) {
-    const size_t N = O::Lanes();
+      const float* __restrict pt, const float* __restrict v, int64_t dv,
+      int64_t nb, V alpha0, V alpha1, float* __restrict ot) {
+    const size_t N = O::Lanes(), R = RV * N;  // constant where N is
     const V zero = O::Zero();
 #define QKV_DECL(u)                                                  \
   V o##u##0 = O::Zero(), o##u##1 = O::Zero();                        \
@@ -282,18 +290,18 @@ struct Flash {
   }
 
   template <int RV, bool kGuard>
-  static void AccumulateOutput(const float* __restrict pt, size_t R,
+  static QKV_FLASH_INLINE void AccumulateOutput(const float* __restrict pt, size_t R,
                                const float* __restrict v, int64_t dv,
                                int64_t nb, V alpha0, V alpha1,
                                float* __restrict ot, PrefetchStream* pf) {
     int64_t c = 0;
     for (; c + O::kUnroll <= dv; c += O::kUnroll) {
       pf->Step();
-      OutputColumns<RV, O::kUnroll, kGuard>(pt, R, v + c, dv, nb, alpha0,
+      OutputColumns<RV, O::kUnroll, kGuard>(pt, v + c, dv, nb, alpha0,
                                             alpha1, ot + c * R);
     }
     for (; c < dv; ++c) {
-      OutputColumns<RV, 1, kGuard>(pt, R, v + c, dv, nb, alpha0, alpha1,
+      OutputColumns<RV, 1, kGuard>(pt, v + c, dv, nb, alpha0, alpha1,
                                    ot + c * R);
     }
   }
@@ -305,7 +313,7 @@ struct Flash {
   // vectors are done together and the max and sum run in two chains each
   // (one dependent chain per vector made this step latency-bound).
   template <int RV>
-  static inline void SoftmaxBlock(float* __restrict st, size_t R, int64_t nb,
+  static QKV_FLASH_INLINE void SoftmaxBlock(float* __restrict st, size_t R, int64_t nb,
                                   V* m0, V* l0, V* alpha0, V* m1, V* l1,
                                   V* alpha1) {
     const size_t N = O::Lanes();
@@ -378,7 +386,7 @@ struct Flash {
   // strided gathers; partial tiles (and targets without gathers) by scalar
   // code.
   template <int RV>
-  static void PackQueries(const Operands& op, int64_t rows, size_t R,
+  static QKV_FLASH_INLINE void PackQueries(const Operands& op, int64_t rows, size_t R,
                           const Tile& tile) {
     const int64_t d = op.dim;
     if (!O::kGatherTiles || rows != static_cast<int64_t>(R) ||
@@ -445,8 +453,8 @@ struct Flash {
     int64_t row;         // flat row index into out, weights, lse
     float m, l;          // running max and sum
     const float* o;      // unnormalized output: column c at o[c * stride],
-    size_t o_stride;     //   columns [c_begin, dv) still to write
-    int64_t c_begin;
+    size_t o_stride;     //   columns [c_begin, dv) still to write; NULL:
+    int64_t c_begin;     //   the path wrote out itself if the row saw a key
     int64_t w_lo, w_hi;  // weights[w_lo, w_hi) hold raw scores
   };
 
@@ -458,7 +466,7 @@ struct Flash {
     float* out = p.out + s.row * dv;
     if (!f.seen) {
       for (int64_t c = 0; c < dv; ++c) out[c] = 0.0f;
-    } else {
+    } else if (s.o != nullptr) {
       const int64_t N = static_cast<int64_t>(O::Lanes());
       const V inv_l = O::Set(f.inv_l);
       int64_t c = s.c_begin;
@@ -826,15 +834,13 @@ struct Flash {
     // finite.
     const int32_t count = static_cast<int32_t>(lk);
     for (int64_t t = 0; t < d; ++t) {
-      O::Store(O::GatherRows(op.k + t, static_cast<int32_t>(d), count),
-               tile.kt + t * N);
+      O::StoreRows(op.k + t, static_cast<int32_t>(d), count, tile.kt + t * N);
     }
     for (int64_t c = 0; c < dv; ++c) {
-      O::Store(O::GatherRows(v + c, static_cast<int32_t>(dv), count),
-               tile.vt + c * N);
+      O::StoreRows(v + c, static_cast<int32_t>(dv), count, tile.vt + c * N);
     }
-    for (int64_t j = 0; j < N; ++j) tile.tail[j] = static_cast<float>(j);
-    const V key = O::Load(tile.tail);
+    const V key = O::Load(kLaneIndex);
+    const bool extras = p.lse != nullptr || p.weights != nullptr;
     const V zero = O::Zero();
     const V neg_inf = O::Set(-INFINITY);
     RowWalker at(p, kvh);
@@ -871,8 +877,10 @@ struct Flash {
       }
       s = O::IfThenElse(O::Lt(key, O::Set(static_cast<float>(keys.hi))), s,
                         neg_inf);
-      s = O::IfThenElse(O::Lt(key, O::Set(static_cast<float>(keys.lo))),
-                        neg_inf, s);
+      if (keys.lo > 0) {
+        s = O::IfThenElse(O::Lt(key, O::Set(static_cast<float>(keys.lo))),
+                          neg_inf, s);
+      }
       const float m = O::ReduceMax(s);
       const V e = ExpNonPositive(O::Sub(s, O::Set(m)));
       float l = O::ReduceSum(e);
@@ -881,21 +889,26 @@ struct Flash {
       if (m == -INFINITY) l = 0.0f;
       float* out = p.out + row * dv;
       const auto read = O::Gt(e, zero);  // hidden keys' values are not read
-      if (l > 0.0f) {
+      const RowFinish f = qkv::FinishRow(l);
+      if (f.seen) {
         for (int64_t c = 0; c < dv; ++c) {
-          out[c] = O::ReduceSum(
-              O::IfThenElseZero(read, O::Mul(e, O::Load(tile.vt + c * N))));
+          out[c] = O::ReduceSum(O::IfThenElseZero(
+                       read, O::Mul(e, O::Load(tile.vt + c * N)))) *
+                   f.inv_l;
         }
       }
       if (p.weights != nullptr) {  // the raw masked scores
         O::Store(s, tail);
         memcpy(p.weights + row * lk, tail, lk * sizeof(float));
       }
+      // Tiny calls are a few ns per row: the finisher only when it has
+      // something left to do.
+      if (f.seen && !extras) continue;
       RowState st;
       st.row = row;
       st.m = m;
       st.l = l;
-      st.o = out;
+      st.o = nullptr;  // written above
       st.o_stride = 1;
       st.c_begin = 0;
       st.w_lo = 0;
@@ -1074,6 +1087,7 @@ struct Flash {
 };
 
 #undef QKV_UNROLL8
+#undef QKV_FLASH_INLINE
 
 }  // namespace QKV_SIMD_NAMESPACE
 }  // namespace qkv

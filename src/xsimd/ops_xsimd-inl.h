@@ -144,14 +144,13 @@ struct XsimdOps {
     return V::gather(base, VI::load_aligned(offsets));
   }
 
-  // Lane i = base[i * stride] for i < count, 0 for the other lanes, by
-  // scalar copies (the tiny path: at most 16 rows).
-  static V GatherRows(const float* base, int32_t stride, int32_t count) {
-    alignas(64) float lanes[V::size];
+  // dst[i] = base[i * stride] for i < count, 0 for the other lanes (one
+  // vector), by scalar copies (the tiny path: at most 16 rows).
+  static void StoreRows(const float* base, int32_t stride, int32_t count,
+                        float* dst) {
     for (int32_t u = 0; u < static_cast<int32_t>(V::size); ++u) {
-      lanes[u] = u < count ? base[u * stride] : 0.0f;
+      dst[u] = u < count ? base[u * stride] : 0.0f;
     }
-    return V::load_aligned(lanes);
   }
 
   // v[i] = row i in, column i out, for a kTransposeLanes-square block.

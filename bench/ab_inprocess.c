@@ -1,0 +1,201 @@
+/* In-process A/B of two builds of libqkv.so: both are loaded with
+ * dlopen(RTLD_LOCAL) into one process and called in turn, round by round,
+ * on the same inputs, so that the VM's drifts (its speed moves by 30% over
+ * minutes) fall on both alike. Per round, each library runs the call
+ * `calls` times and keeps its fastest; the ratio B/A of a round is taken,
+ * and the median over the rounds is reported with its quartiles. Which
+ * library goes first alternates between rounds.
+ *
+ *   qkv_ab_inprocess LIB_A LIB_B [SECONDS_PER_CASE] [FILTER]
+ *
+ * Cases: the benchmark suite's S1-S4 and its kv_len and head_dim sweeps
+ * (bench/bench_attention.cc), one worker, on every backend whose name
+ * contains FILTER (default: every SIMD backend of library B). Prints one
+ * line per case: median A and B time in us, B/A median [q1, q3], rounds.
+ * Build: bench/CMakeLists.txt (target qkv_ab_inprocess; plain C, -ldl). */
+#define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "qkv/qkv.h"
+
+typedef void (*init_fn)(qkv_attention_desc *, int64_t, int64_t, int64_t,
+                        int64_t, int64_t, int64_t, int64_t);
+typedef size_t (*ws_fn)(const qkv_attention_desc *);
+typedef qkv_status (*attn_fn)(const qkv_attention_desc *, const float *,
+                              const float *, const float *, float *, float *,
+                              float *, void *, size_t);
+typedef size_t (*count_fn)(void);
+typedef const char *(*name_fn)(size_t);
+
+typedef struct {
+  void *handle;
+  init_fn init;
+  ws_fn ws;
+  attn_fn attn;
+  count_fn count;
+  name_fn name;
+} lib;
+
+static void *sym(void *h, const char *name, const char *path) {
+  void *p = dlsym(h, name);
+  if (p == NULL) {
+    fprintf(stderr, "%s: no %s\n", path, name);
+    exit(2);
+  }
+  return p;
+}
+
+static lib load(const char *path) {
+  lib l;
+  l.handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (l.handle == NULL) {
+    fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
+    exit(2);
+  }
+  l.init = (init_fn)sym(l.handle, "qkv_attention_desc_init", path);
+  l.ws = (ws_fn)sym(l.handle, "qkv_attention_workspace_size", path);
+  l.attn = (attn_fn)sym(l.handle, "qkv_attention_f32", path);
+  l.count = (count_fn)sym(l.handle, "qkv_backend_count", path);
+  l.name = (name_fn)sym(l.handle, "qkv_backend_name", path);
+  return l;
+}
+
+static double now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double quantile(double *v, int n, double q) {
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  return v[(int)(q * (n - 1) + 0.5)];
+}
+
+typedef struct {
+  const char *name;
+  int64_t heads, q_len, kv_len, d;
+  int causal;
+} shape;
+
+static float *floats(size_t n, unsigned seed) {
+  float *p = aligned_alloc(64, (n * 4 + 63) / 64 * 64);
+  for (size_t i = 0; i < n; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    p[i] = (float)((seed >> 9) & 0xffff) / 65536.0f - 0.5f;
+  }
+  return p;
+}
+
+/* Fastest of `calls` calls of l on desc, in us. */
+static double best(const lib *l, const qkv_attention_desc *d, const float *q,
+                   const float *k, const float *v, float *out, void *ws,
+                   size_t ws_size, int calls) {
+  double t_best = 1e30;
+  for (int c = 0; c < calls; ++c) {
+    const double t0 = now_us();
+    if (l->attn(d, q, k, v, out, NULL, NULL, ws, ws_size) != QKV_OK) {
+      fprintf(stderr, "call failed\n");
+      exit(3);
+    }
+    const double t = now_us() - t0;
+    if (t < t_best) t_best = t;
+  }
+  return t_best;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s LIB_A LIB_B [SECONDS_PER_CASE] [FILTER]\n",
+            argv[0]);
+    return 2;
+  }
+  lib a = load(argv[1]), b = load(argv[2]);
+  const double seconds = argc > 3 ? atof(argv[3]) : 2.0;
+  const char *filter = argc > 4 ? argv[4] : NULL;
+  shape shapes[32];
+  int n = 0;
+  shapes[n++] = (shape){"S1_decode", 32, 1, 4096, 128, 0};
+  shapes[n++] = (shape){"S2_prefill", 8, 1024, 1024, 64, 1};
+  shapes[n++] = (shape){"S3_small", 4, 128, 128, 64, 0};
+  shapes[n++] = (shape){"S4_toy", 1, 4, 4, 2, 0};
+  static char names[16][32];
+  int m = 0;
+  for (int64_t kv = 128; kv <= 16384; kv *= 2, ++m) {
+    snprintf(names[m], sizeof names[m], "sweep_kv%lld", (long long)kv);
+    shapes[n++] = (shape){names[m], 4, 128, kv, 64, 0};
+  }
+  const int64_t dims[] = {32, 64, 80, 128, 256};
+  for (int i = 0; i < 5; ++i, ++m) {
+    snprintf(names[m], sizeof names[m], "sweep_d%lld", (long long)dims[i]);
+    shapes[n++] = (shape){names[m], 4, 512, 512, dims[i], 0};
+  }
+  printf("%-16s %-16s %12s %12s %8s %17s %7s\n", "shape", "backend", "A us",
+         "B us", "B/A", "[q1, q3]", "rounds");
+  for (size_t e = 0; e < b.count(); ++e) {
+    const char *backend = b.name(e);
+    if (strcmp(backend, "reference") == 0 || strstr(backend, "SCALAR") ||
+        strstr(backend, "EMU128")) {
+      continue;
+    }
+    if (filter != NULL && strstr(backend, filter) == NULL) continue;
+    for (int s = 0; s < n; ++s) {
+      const shape *sh = &shapes[s];
+      qkv_attention_desc da, db;
+      a.init(&da, 1, sh->heads, sh->heads, sh->q_len, sh->kv_len, sh->d,
+             sh->d);
+      b.init(&db, 1, sh->heads, sh->heads, sh->q_len, sh->kv_len, sh->d,
+             sh->d);
+      da.mask = db.mask = sh->causal ? QKV_MASK_CAUSAL : QKV_MASK_NONE;
+      da.backend = db.backend = backend;
+      const size_t nq = (size_t)(sh->heads * sh->q_len * sh->d);
+      const size_t nk = (size_t)(sh->heads * sh->kv_len * sh->d);
+      float *q = floats(nq, 1), *k = floats(nk, 2), *v = floats(nk, 3);
+      float *out = floats(nq, 4);
+      size_t wa = a.ws(&da), wb = b.ws(&db);
+      size_t wmax = wa > wb ? wa : wb;
+      void *ws = aligned_alloc(64, (wmax + 64) / 64 * 64);
+      /* Calls per round: about 2 ms of work per library per round. */
+      double t1 = best(&b, &db, q, k, v, out, ws, wb, 3);
+      int calls = (int)(2000.0 / (t1 + 1e-3));
+      if (calls < 1) calls = 1;
+      if (calls > 2000) calls = 2000;
+      int rounds = (int)(seconds * 1e6 / (2.0 * calls * t1 + 1.0));
+      if (rounds < 9) rounds = 9;
+      if (rounds > 400) rounds = 400;
+      double *ra = malloc(sizeof(double) * rounds);
+      double *rb = malloc(sizeof(double) * rounds);
+      double *ratio = malloc(sizeof(double) * rounds);
+      for (int r = 0; r < rounds; ++r) {
+        if (r % 2 == 0) {
+          ra[r] = best(&a, &da, q, k, v, out, ws, wa, calls);
+          rb[r] = best(&b, &db, q, k, v, out, ws, wb, calls);
+        } else {
+          rb[r] = best(&b, &db, q, k, v, out, ws, wb, calls);
+          ra[r] = best(&a, &da, q, k, v, out, ws, wa, calls);
+        }
+        ratio[r] = rb[r] / ra[r];
+      }
+      const double q1 = quantile(ratio, rounds, 0.25);
+      const double med = quantile(ratio, rounds, 0.5);
+      const double q3 = quantile(ratio, rounds, 0.75);
+      printf("%-16s %-16s %12.3f %12.3f %8.3f   [%5.3f, %5.3f] %7d\n",
+             sh->name, backend, quantile(ra, rounds, 0.5),
+             quantile(rb, rounds, 0.5), med, q1, q3, rounds);
+      fflush(stdout);
+      free(ra), free(rb), free(ratio), free(ws);
+      free(q), free(k), free(v), free(out);
+    }
+  }
+  return 0;
+}
