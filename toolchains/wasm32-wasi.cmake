@@ -1,6 +1,6 @@
 # WebAssembly for WASI runtimes (wasmtime, wasmer, node, browsers with a WASI
 # shim): clang-14 and Debian's WASI sysroot.
-#   apt-get install clang-14 lld-14 wasi-libc libc++-14-dev-wasm32 \
+#   apt-get install clang-14 lld-14 llvm-14 wasi-libc libc++-14-dev-wasm32 \
 #     libc++abi-14-dev-wasm32 libclang-rt-14-dev-wasm32 libhwy-dev googletest nodejs
 #   cmake -S . -B build-wasm -G Ninja -DCMAKE_TOOLCHAIN_FILE=toolchains/wasm32-wasi.cmake
 # Engines: Highway's WASM target (128-bit SIMD, -msimd128), static: only
