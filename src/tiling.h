@@ -1,9 +1,9 @@
-// The part of the FlashAttention-style SIMD engines that is not SIMD: how a
-// call is split into tasks, what each task's rows and key limits are, what
-// the score kernels read (raw or projected queries and keys), and the layout
-// of a worker's workspace. Every SIMD engine (src/highway/, src/xsimd/) uses
-// this, so they split work, mask and lay out memory identically and differ
-// only in their vector code.
+// The part of the SIMD pipeline (src/pipeline/flash-inl.h) that is not
+// SIMD: how a call is split into tasks, each task's rows and their key
+// intervals (summarized for block skipping), what the score kernels read
+// (raw or projected queries and keys), the flash-decoding merge, and the
+// layout of a worker's workspace. Both SIMD engines instantiate the one
+// pipeline, so they split work, mask and lay out memory identically.
 //
 // A task owns the query rows of one (batch, kv head): the rows of every query
 // head of its GQA group, flattened as (head in group, query). Those rows are
