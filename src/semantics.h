@@ -52,6 +52,13 @@ inline KeyInterval RowKeys(const Problem& p, int64_t b, int64_t i) {
   return k;
 }
 
+// True when every row of every batch sees the same keys (RowKeys does not
+// depend on the row): then RowKeys(p, 0, 0) serves them all. Keep in step
+// with RowKeys when a mask is added.
+inline bool RowsShareKeys(const Problem& p) {
+  return !p.causal && p.valid_lens == nullptr;
+}
+
 // Bias row for (batch b, query head h, query i), or NULL without a bias.
 inline const float* BiasRow(const Problem& p, int64_t b, int64_t h, int64_t i) {
   if (p.bias == nullptr) return nullptr;

@@ -841,12 +841,16 @@ struct Flash {
     }
     const V key = O::Load(kLaneIndex);
     const bool extras = p.lse != nullptr || p.weights != nullptr;
+    // Without a per-row mask every row sees the same keys: one mask.
+    const bool shared = RowsShareKeys(p);
+    const KeyInterval common = RowKeys(p, 0, 0);
+    const auto common_hi = O::Lt(key, O::Set(static_cast<float>(common.hi)));
     const V zero = O::Zero();
     const V neg_inf = O::Set(-INFINITY);
     RowWalker at(p, kvh);
     for (int64_t r = 0; r < task.rows; ++r) {
       const int64_t row = at.Row(p, b);
-      const KeyInterval keys = RowKeys(p, b, at.i);
+      const KeyInterval keys = shared ? common : RowKeys(p, b, at.i);
       const float* bias_row = BiasRow(p, b, at.h, at.i);
       at.Next(p);
       const float* q = op.q + row * d;
@@ -875,8 +879,9 @@ struct Flash {
         const V bias = O::Load(tail);
         s = O::IfThenElse(O::Eq(bias, neg_inf), neg_inf, O::Add(s, bias));
       }
-      s = O::IfThenElse(O::Lt(key, O::Set(static_cast<float>(keys.hi))), s,
-                        neg_inf);
+      const auto below_hi =
+          shared ? common_hi : O::Lt(key, O::Set(static_cast<float>(keys.hi)));
+      s = O::IfThenElse(below_hi, s, neg_inf);
       if (keys.lo > 0) {
         s = O::IfThenElse(O::Lt(key, O::Set(static_cast<float>(keys.lo))),
                           neg_inf, s);
