@@ -755,10 +755,58 @@ void RegisterScaling(const std::vector<std::string>& backends, bool blas) {
   }
 }
 
+// ---------------------------------------------------------------- merge
+// qkv_attention_merge_f32 as a streaming pass: b := merge(a, b) over `rows`
+// rows of value_dim floats. bytes/s counts one out buffer (rows *
+// value_dim * 4 bytes) per call, the measure; the pass reads two
+// and writes one. 2048 rows of 128 (32 heads x 64 queries, 1 MiB per
+// buffer) stay in L2/L3; 65536 rows (32 MiB) stream from memory.
+void RunMerge(benchmark::State& state, int64_t rows, int64_t value_dim) {
+  const size_t n = static_cast<size_t>(rows * value_dim);
+  Buffer out_a = AllocFloats(n), out_b = AllocFloats(n);
+  Buffer lse_a = AllocFloats(rows), lse_b = AllocFloats(rows);
+  uint32_t x = 12345;
+  auto next = [&x] {
+    x = x * 1664525u + 1013904223u;
+    return static_cast<float>(x >> 8) * (1.0f / 16777216.0f) - 0.5f;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    out_a.get()[i] = next();
+    out_b.get()[i] = next();
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    lse_a.get()[r] = 20.0f * next();
+    lse_b.get()[r] = 20.0f * next();
+  }
+  for (auto _ : state) {
+    if (qkv_attention_merge_f32(rows, value_dim, out_a.get(), lse_a.get(),
+                                out_b.get(), lse_b.get()) != QKV_OK) {
+      state.SkipWithError("qkv_attention_merge_f32 failed");
+      break;
+    }
+    benchmark::ClobberMemory();
+  }
+  state.counters["bytes"] = benchmark::Counter(
+      double(n * sizeof(float)) * double(state.iterations()),
+      benchmark::Counter::kIsRate);
+}
+
+void RegisterMerge() {
+  const int64_t shapes[][2] = {{2048, 64}, {2048, 128}, {65536, 128}};
+  for (const auto& s : shapes) {
+    const std::string name = "merge_f32/rows:" + std::to_string(s[0]) +
+                             "/value_dim:" + std::to_string(s[1]);
+    benchmark::RegisterBenchmark(name.c_str(), RunMerge, s[0], s[1])
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+}
+
 // ---------------------------------------------------------------- attention
 
 void RegisterAll() {
   RegisterLimits();
+  RegisterMerge();
   std::vector<std::string> backends;
   for (size_t i = 0; i < qkv_backend_count(); ++i) {
     const char* name = qkv_backend_name(i);

@@ -82,9 +82,13 @@ def load(report_path):
             elif b.get("run_type") != "aggregate":
                 scaling.append((parts[1], parts[2], b))
             continue
-        if len(parts) < 4:
+        if parts[0] == "merge_f32" and len(parts) >= 3:
+            # merge_f32/rows:<r>/value_dim:<v>
+            key = ("merge", int(parts[1].split(":")[1]),
+                   int(parts[2].split(":")[1]), 1)
+        elif len(parts) < 4:
             continue
-        if parts[0] == "limits":
+        elif parts[0] == "limits":
             # limits/<kind>/<what>/threads:<n>
             key = ("limits", parts[1], parts[2],
                    int(parts[3].split(":")[1]))
@@ -105,6 +109,31 @@ def load(report_path):
         elif b.get("aggregate_name") == "cv":
             cvs[key] = b.get("real_time", 0.0)  # a fraction
     return report.get("context", {}), medians, cvs, errors, order, scaling
+
+
+def merge_lines(medians, order, limits):
+    """The merge of partial results (qkv_attention_merge_f32) as GB/s of out."""
+    table = []
+    read = limits.stream.get(1)
+    for key in order:
+        if key[0] != "merge" or key not in medians:
+            continue
+        b = medians[key]
+        rate = b.get("bytes", 0.0) / 1e9
+        mib = key[1] * key[2] * 4 / 2**20
+        table.append(["%d x %d" % (key[1], key[2]), "%.2f MiB" % mib,
+                      fmt_time(time_us(b)), "%.1f" % rate, "%.1f" % (3 * rate),
+                      fmt_pct(300 * rate / read) if read else "-"])
+    if not table:
+        return []
+    return (["## Merging partial results (qkv_attention_merge_f32, 1 thread)", "",
+             "b := merge(a, b): reads two out buffers and their lse, writes "
+             "one; GB/s of out counts one out buffer per call (the issue's "
+             "measure), traffic the three (lse aside); % of read 1T: the "
+             "traffic over the streaming read limit above.", ""]
+            + markdown(table, ["rows x value_dim", "out size", "time",
+                               "GB/s of out", "traffic GB/s", "% of read 1T"],
+                       {1, 2, 3, 4, 5}) + [""])
 
 
 def scaling_lines(rows):
@@ -450,6 +479,7 @@ def main():
         "",
     ]
     lines += scaling_lines(scaling)
+    lines += merge_lines(medians, order, limits)
     for title, keep in SECTIONS:
         table = attention_rows(medians, cvs, errors, order, limits, keep)
         if table:

@@ -12,7 +12,9 @@
 # and the aggregates), BUILD_DIR/bench/report.md (the tables below),
 # BUILD_DIR/bench/kv_sweep.png and head_dim_sweep.png (GFLOP/s per
 # implementation, peak as a line; needs Debian's python3-matplotlib) and
-# BUILD_DIR/bench/console.txt (the benchmark's own console output).
+# BUILD_DIR/bench/console.txt (the benchmark's own console output); then
+# bench/mpi_scaling.sh adds the sharded-attention (MPI) section to report.md
+# (also alone in BUILD_DIR/bench/mpi_scaling.md).
 # Extra flags go to the benchmark, e.g. --benchmark_filter=S3_small (keep
 # '^limits|' in the filter for the % of peak column). About 3-4 minutes on a
 # quiet 2-core machine.
@@ -88,3 +90,16 @@ echo
 
 # The tables (machine limits first), report.md and the two plots.
 "$PY" "$HERE/report.py" "$OUT/report.json" "$OUT" "$MODEL" "$NPROC" "$elapsed"
+
+# Sharded attention over MPI ranks (bench/mpi_scaling.sh, about 15 s): its
+# section is appended to report.md; without MPI it is one line saying why.
+# A failure there is reported, not fatal: the tables above stand.
+echo
+rm -f "$OUT/mpi_scaling.md"
+if ! bash "$HERE/mpi_scaling.sh" "$BUILD" "$OUT/mpi_scaling.md"; then
+  echo "warning: bench/mpi_scaling.sh failed (see its section in report.md)" >&2
+fi
+if [[ -s "$OUT/mpi_scaling.md" ]]; then
+  { echo; cat "$OUT/mpi_scaling.md"; } >>"$OUT/report.md"
+  echo "appended $OUT/mpi_scaling.md to $OUT/report.md"
+fi

@@ -30,7 +30,7 @@ run() {  # run LOG COMMAND...
 }
 
 bin=$build/capi/examples
-for exe in four_tokens nadaraya_watson kv_cache_decode; do
+for exe in four_tokens nadaraya_watson kv_cache_decode chunked_context; do
   run "$out/$exe.txt" "$bin/qkv_$exe"
   tail -n 1 "$out/$exe.txt"
 done
@@ -42,7 +42,7 @@ if [ ! -e "$lib" ]; then
   lib=$(find "$build" -maxdepth 2 -name 'libqkv.so.0' | head -n 1)
 fi
 if [ -x "$python" ] && "$python" -c 'import numpy, matplotlib' 2>/dev/null; then
-  for ex in identity_heatmap four_tokens masked_softmax nadaraya_watson; do
+  for ex in identity_heatmap four_tokens masked_softmax nadaraya_watson sharded_search; do
     run "$out/$ex.py.txt" env QKV_LIBRARY="$lib" PYTHONPATH="$src/capi/python" \
       PYTHONDONTWRITEBYTECODE=1 MPLBACKEND=Agg "$python" "$src/capi/python/examples/$ex.py" "$out"
     grep '^wrote' "$out/$ex.py.txt"

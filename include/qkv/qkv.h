@@ -150,6 +150,53 @@ QKV_API qkv_status qkv_attention_f32(const qkv_attention_desc *desc,
                                      size_t workspace_size);
 
 /* ------------------------------------------------------------------------ */
+/* Merging partial results (added in 0.1)                                   */
+/* ------------------------------------------------------------------------ */
+
+/* (out_b, lse_b) := merge((out_a, lse_a), (out_b, lse_b)), in place, for
+ * `rows` rows of `value_dim` floats (dense: out_x[r * value_dim + c]) and
+ * their lse (dense: lse_x[r]), where a and b are the out and lse of
+ * attention for the same queries over two disjoint sets of keys:
+ *
+ *   lse = log(exp(lse_a) + exp(lse_b))
+ *   out = exp(lse_a - lse) * out_a + exp(lse_b - lse) * out_b
+ *
+ * The result equals one qkv_attention_f32 call over the union of the keys
+ * within that call's bound. Bitwise commutative: merging a into b gives the
+ * bits of merging b into a. A side with lse -INFINITY (it saw no key) leaves
+ * the other side's bits unchanged; both -INFINITY: out 0, lse -INFINITY. A
+ * NaN lse gives a NaN row. Not associative in rounding: a fixed order of
+ * merges (or reduction tree) gives fixed bits.
+ * rows 0: nothing to do (QKV_OK; the pointers are not read). rows < 0,
+ * value_dim < 1 or a NULL pointer (rows > 0): QKV_ERR_INVALID_ARGUMENT and
+ * nothing written. a may be b itself; partial overlaps are not allowed. No
+ * allocation, no threads; vectorized, compiled without contracting a * b + c
+ * into fused multiply-adds (which would break the commutativity).
+ *
+ * As an MPI reduction over rows packed as value_dim outputs then the lse
+ * (capi/examples/sharded_search.c):
+ *
+ *   static void merge_rows(void *in, void *inout, int *len, MPI_Datatype *row) {
+ *     int bytes; MPI_Type_size(*row, &bytes);
+ *     int64_t n = bytes / (int)sizeof(float) - 1;      // value_dim
+ *     float *a = (float *)in, *b = (float *)inout;
+ *     for (int r = 0; r < *len; ++r, a += n + 1, b += n + 1)
+ *       qkv_attention_merge_f32(1, n, a, a + n, b, b + n);
+ *   }
+ *   MPI_Type_contiguous(value_dim + 1, MPI_FLOAT, &row); MPI_Type_commit(&row);
+ *   MPI_Op_create(merge_rows, 0, &op);  // 0: non-commutative, rank order kept
+ *   MPI_Reduce(mine, all, rows, row, op, 0, MPI_COMM_WORLD);
+ *
+ * For a fixed number of ranks Open MPI uses a fixed reduction tree, so the
+ * bits repeat; the MPI standard recommends this but does not promise it.
+ * Gathering the parts and merging them in rank order is fixed by
+ * construction. */
+QKV_API qkv_status qkv_attention_merge_f32(int64_t rows, int64_t value_dim,
+                                           const float *out_a,
+                                           const float *lse_a, float *out_b,
+                                           float *lse_b);
+
+/* ------------------------------------------------------------------------ */
 /* Backends (added in 0.1)                                                  */
 /* ------------------------------------------------------------------------ */
 

@@ -494,6 +494,53 @@ void BadInputCases() {
         "status string of an unknown value");
 }
 
+// ------------------------------------------------------------------- merge
+// Attention over keys [0, 23) and [23, 40) of one head, merged, against the
+// call over all 40 keys (the forward's bound); bitwise commutative.
+void MergeCases() {
+  g_case = "merge";
+  constexpr int kQ = 6, kKv = 40, kCut = 23, kD = 8, kV = 5;
+  float* q = g_q;
+  float* k = g_k;
+  float* v = g_v;
+  Fill(q, kQ * kD, 2.0f);
+  Fill(k, kKv * kD, 1.0f);
+  Fill(v, kKv * kV, 1.0f);
+  static float out[3][kQ * kV], lse[3][kQ];
+  const int64_t lens[3] = {kKv, kCut, kKv - kCut};
+  const float* ks[3] = {k, k, k + kCut * kD};
+  const float* vs[3] = {v, v, v + kCut * kV};
+  for (int c = 0; c < 3; ++c) {
+    qkv_attention_desc d;
+    qkv_attention_desc_init(&d, 1, 1, 1, kQ, lens[c], kD, kV);
+    d.backend = g_backend;
+    Check(qkv_attention_f32(&d, q, ks[c], vs[c], out[c], nullptr, lse[c], g_ws,
+                            sizeof g_ws) == QKV_OK,
+          "merge: a chunk's call");
+  }
+  static float ab[kQ * kV], ab_lse[kQ], ba[kQ * kV], ba_lse[kQ];
+  memcpy(ab, out[2], sizeof ab);
+  memcpy(ab_lse, lse[2], sizeof ab_lse);
+  memcpy(ba, out[1], sizeof ba);
+  memcpy(ba_lse, lse[1], sizeof ba_lse);
+  Check(qkv_attention_merge_f32(kQ, kV, out[1], lse[1], ab, ab_lse) == QKV_OK &&
+            qkv_attention_merge_f32(kQ, kV, out[2], lse[2], ba, ba_lse) == QKV_OK,
+        "merge: status");
+  Check(memcmp(ab, ba, sizeof ab) == 0 && memcmp(ab_lse, ba_lse, sizeof ab_lse) == 0,
+        "merge: bitwise commutative");
+  for (int i = 0; i < kQ * kV; ++i) {
+    if (fabs(ab[i] - out[0][i]) > 1e-4) Fail("merge: out", ab[i], out[0][i]);
+  }
+  for (int i = 0; i < kQ; ++i) {
+    if (fabs(ab_lse[i] - lse[0][i]) > 1e-5 * (1 + fabs(lse[0][i]))) {
+      Fail("merge: lse", ab_lse[i], lse[0][i]);
+    }
+  }
+  Check(qkv_attention_merge_f32(-1, kV, out[1], lse[1], ab, ab_lse) ==
+            QKV_ERR_INVALID_ARGUMENT,
+        "merge: rows -1");
+}
+
 }  // namespace
 
 int main() {
@@ -517,6 +564,12 @@ int main() {
     OracleCases();
     printf("%s: oracle cases %s\n", g_backend,
            g_failures == before ? "passed" : "FAILED");
+  }
+  for (size_t i = 0; i < qkv_backend_count(); ++i) {
+    g_backend = qkv_backend_name(i);
+    if (strcmp(g_backend, "reference") == 0 || strcmp(g_backend, "helium") == 0) {
+      MergeCases();
+    }
   }
   g_backend = "reference";
   BadInputCases();  // validation is the boundary's, the same for every backend

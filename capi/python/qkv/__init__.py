@@ -36,6 +36,7 @@ __all__ = [
     "backend",
     "backends",
     "library_path",
+    "merge",
     "show_heatmaps",
     "version",
 ]
@@ -198,6 +199,11 @@ def _bind(lib):
     lib.qkv_attention_workspace_size.restype = ctypes.c_size_t
     lib.qkv_attention_f32.argtypes = [ctypes.POINTER(_Desc)] + [ctypes.c_void_p] * 7 + [ctypes.c_size_t]
     lib.qkv_attention_f32.restype = ctypes.c_int
+    # Added in 0.1 after the first builds: a library without it still loads,
+    # and merge() says what is missing.
+    if hasattr(lib, "qkv_attention_merge_f32"):
+        lib.qkv_attention_merge_f32.argtypes = [ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * 4
+        lib.qkv_attention_merge_f32.restype = ctypes.c_int
 
 
 try:
@@ -265,6 +271,22 @@ def _as_f32(name, x):
     return np.ascontiguousarray(a, dtype=np.float32)
 
 
+def _dense_f32(name, x):
+    """x as dense float32, copied only if it is not that already; keeps 0-d."""
+    a = np.asarray(x)
+    if a.dtype.kind not in "fiub":
+        raise TypeError("%s must hold real numbers, got dtype %s" % (name, a.dtype))
+    return np.asarray(a, dtype=np.float32, order="C")
+
+
+def _f32_copy(name, x):
+    """A new dense float32 array with x's values (one copy, whatever x is)."""
+    a = np.asarray(x)
+    if a.dtype.kind not in "fiub":
+        raise TypeError("%s must hold real numbers, got dtype %s" % (name, a.dtype))
+    return np.array(a, dtype=np.float32, order="C", copy=True)
+
+
 def _ptr(a):
     return None if a is None else a.ctypes.data
 
@@ -330,7 +352,8 @@ def _valid_lens(valid_lens, batch, lq, lk):
 
 
 def attention(q, k, v, *, scale=None, causal=False, valid_lens=None, bias=None,
-              score="dot", additive=None, return_weights=False, backend=None):
+              score="dot", additive=None, return_weights=False, return_lse=False,
+              backend=None):
     """softmax(a(q, k) + mask) v with libqkv (qkv_attention_f32).
 
     q: [Lq, D], [H, Lq, D] or [B, H, Lq, D]; k: the same rank with Hkv kv
@@ -350,11 +373,16 @@ def attention(q, k, v, *, scale=None, causal=False, valid_lens=None, bias=None,
     backend: None for the default (qkv.backend()), or a name from
         qkv.backends() to force one.
 
-    Returns out, shaped like q with the last dim Dv, or (out, weights) with
-    weights shaped like q with the last dim Lk when return_weights. Input
-    of any real dtype and any strides is converted to dense float32. A bad
-    shape raises ValueError naming it; a status other than QKV_OK raises
-    QkvError with qkv_status_string's text.
+    Returns out, shaped like q with the last dim Dv; with return_weights
+    and/or return_lse a tuple (out, weights), (out, lse) or (out, weights,
+    lse): weights shaped like q with the last dim Lk, lse shaped like q
+    without its last dim ([Lq], [H, Lq] or [B, H, Lq]), the natural log of
+    the sum of exp of each row's visible scores (-inf for a row that sees
+    no key). (out, lse) of calls over disjoint key sets combine with
+    qkv.merge into the result over all their keys. Input of any real dtype
+    and any strides is converted to dense float32; the outputs are float32.
+    A bad shape raises ValueError naming it; a status other than QKV_OK
+    raises QkvError with qkv_status_string's text.
     """
     q = _as_f32("q", q)
     k = _as_f32("k", k)
@@ -437,14 +465,78 @@ def attention(q, k, v, *, scale=None, causal=False, valid_lens=None, bias=None,
 
     out = np.empty(q.shape[:-1] + (dv,), dtype=np.float32)
     weights = np.empty(q.shape[:-1] + (lk,), dtype=np.float32) if return_weights else None
+    lse = np.empty(q.shape[:-1], dtype=np.float32) if return_lse else None
     nbytes = _lib.qkv_attention_workspace_size(ctypes.byref(desc))
     workspace = np.empty(nbytes, dtype=np.uint8) if nbytes else None
     status = _lib.qkv_attention_f32(ctypes.byref(desc), _ptr(q), _ptr(k), _ptr(v), _ptr(out),
-                                    _ptr(weights), None, _ptr(workspace), nbytes)
+                                    _ptr(weights), _ptr(lse), _ptr(workspace), nbytes)
     del keep
     if status != QKV_OK:
         raise QkvError(status, "qkv_attention_f32")
-    return (out, weights) if return_weights else out
+    if not (return_weights or return_lse):
+        return out
+    return (out,) + ((weights,) if return_weights else ()) + ((lse,) if return_lse else ())
+
+
+# --------------------------------------------------------------------------
+# merge()
+# --------------------------------------------------------------------------
+
+def merge(out_a, lse_a, out_b, lse_b):
+    """Combine two partial attention results: qkv_attention_merge_f32.
+
+    (out_a, lse_a) and (out_b, lse_b) are attention results for the same
+    queries over two disjoint sets of keys, e.g. qkv.attention(q, k_x, v_x,
+    return_lse=True) for two shards x of the keys and values. Returns a new
+    pair (out, lse), the result over the union of the keys (within
+    qkv.attention's accuracy bound of one call over all of them):
+
+        lse = log(exp(lse_a) + exp(lse_b))
+        out = exp(lse_a - lse) * out_a + exp(lse_b - lse) * out_b
+
+    out_a and out_b: [..., Dv], one shape; lse_a and lse_b: [...], their
+    leading shape (what qkv.attention returns: out [B, H, Lq, Dv] with lse
+    [B, H, Lq], or [Lq, Dv] with [Lq]). Any number of leading dims, also
+    none (out [Dv], lse a scalar).
+
+    Bitwise commutative: merge(a, b) and merge(b, a) have the same bits. A
+    side with lse -inf (it saw no key) gives the other side's bits
+    unchanged; both -inf give out 0 and lse -inf. Not associative in
+    rounding: merging shards in a fixed order gives fixed bits.
+
+    The inputs are not modified. Input of any real dtype and any strides is
+    converted to dense float32; the outputs are float32. A bad shape raises
+    ValueError naming it; a status other than QKV_OK raises QkvError with
+    qkv_status_string's text.
+    """
+    if not hasattr(_lib, "qkv_attention_merge_f32"):
+        raise RuntimeError("qkv.merge: %s does not export qkv_attention_merge_f32; "
+                           "rebuild or reinstall libqkv" % library_path)
+    oa = _dense_f32("out_a", out_a)
+    la = _dense_f32("lse_a", lse_a)
+    # b is merged in place: always a fresh array, never the caller's.
+    ob = _f32_copy("out_b", out_b)
+    lb = _f32_copy("lse_b", lse_b)
+    if oa.ndim < 1:
+        raise ValueError("out_a must be [..., Dv] with at least one dim, got a scalar")
+    if ob.shape != oa.shape:
+        raise ValueError("out_a is %s but out_b is %s: the two outs need one shape [..., Dv]"
+                         % (list(oa.shape), list(ob.shape)))
+    lead = oa.shape[:-1]
+    for name, a in (("lse_a", la), ("lse_b", lb)):
+        if a.shape != lead:
+            raise ValueError("%s is %s but the outs are %s: lse must be the outs' shape "
+                             "without the last dim, %s" % (name, list(a.shape), list(oa.shape),
+                                                           list(lead)))
+    dv = oa.shape[-1]
+    if dv < 1:
+        raise ValueError("the outs %s have an empty last dim: Dv must be >= 1"
+                         % list(oa.shape))
+    rows = int(np.prod(lead, dtype=np.int64))
+    status = _lib.qkv_attention_merge_f32(rows, dv, _ptr(oa), _ptr(la), _ptr(ob), _ptr(lb))
+    if status != QKV_OK:
+        raise QkvError(status, "qkv_attention_merge_f32")
+    return ob, lb
 
 
 # --------------------------------------------------------------------------

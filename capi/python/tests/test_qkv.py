@@ -35,6 +35,8 @@ INCLUDE_DIR = os.path.normpath(os.path.join(PACKAGE_DIR, "..", "..", "..", "incl
 # The contract's accuracy: out within 5e-5 * max|v|, weights within 2e-5.
 OUT_TOL = 5e-5
 WEIGHTS_TOL = 2e-5
+# lse (log of the sum of exp of the scores): relative to max(1, |lse|).
+LSE_TOL = 2e-5
 
 
 def as4(a):
@@ -43,8 +45,12 @@ def as4(a):
 
 
 def reference(q, k, v, scale=None, causal=False, valid_lens=None, bias=None, score="dot",
-              additive=None):
-    """Attention in float64, written from the README's semantics."""
+              additive=None, with_lse=False):
+    """Attention in float64, written from the README's semantics.
+
+    Returns (out, weights), or (out, weights, lse) with with_lse: lse is
+    log(sum_j exp(s_j)) over each row's visible keys, -inf if it has none.
+    """
     shape = np.shape(q)
     q, k, v = as4(q), as4(k), as4(v)
     b, h, lq, d = q.shape
@@ -86,8 +92,12 @@ def reference(q, k, v, scale=None, causal=False, valid_lens=None, bias=None, sco
     den = e.sum(axis=-1, keepdims=True)
     w = np.divide(e, den, out=np.zeros_like(e), where=den > 0)
     out = w @ v
-    return (out.reshape(shape[:-1] + (v.shape[-1],)),
-            w.reshape(shape[:-1] + (lk,)))
+    result = (out.reshape(shape[:-1] + (v.shape[-1],)), w.reshape(shape[:-1] + (lk,)))
+    if with_lse:
+        with np.errstate(divide="ignore"):  # log(0) = -inf for a row that sees nothing
+            lse = np.where(den[..., 0] > 0, m[..., 0] + np.log(den[..., 0]), -np.inf)
+        result += (lse.reshape(shape[:-1]),)
+    return result
 
 
 class Case(unittest.TestCase):
@@ -410,6 +420,294 @@ class TestErrors(Case):
             qkv.attention(x, x, x, scale=float("nan"))
         self.assertEqual(cm.exception.status, qkv.QKV_ERR_INVALID_ARGUMENT)
         self.assertIn(qkv.status_string(qkv.QKV_ERR_INVALID_ARGUMENT), str(cm.exception))
+
+
+def shard_kw(kw, lo, hi):
+    """The masks of one call over all keys, restricted to keys [lo, hi)."""
+    part = {}
+    for key, val in kw.items():
+        if key == "valid_lens":
+            part[key] = np.clip(np.asarray(val) - lo, 0, hi - lo)
+        elif key == "bias":
+            b = np.asarray(val)
+            part[key] = b if b.ndim == 0 or b.shape[-1] == 1 else b[..., lo:hi]
+        else:
+            part[key] = val
+    return part
+
+
+def fold(parts):
+    """merge((out, lse) of shard 0, shard 1, ...) in shard order."""
+    out, lse = parts[0]
+    for o, l in parts[1:]:
+        out, lse = qkv.merge(out, lse, o, l)
+    return out, lse
+
+
+def bits(*arrays):
+    return b"".join(np.ascontiguousarray(a).tobytes() for a in arrays)
+
+
+class TestMerge(Case):
+    """qkv.merge of per-shard (out, lse) against one call and float64 numpy."""
+
+    def shards(self, q, k, v, bounds, backend=None, **kw):
+        """qkv.attention over the keys [bounds[i], bounds[i + 1]): [(out, lse)]."""
+        parts = []
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            parts.append(qkv.attention(q, k[..., lo:hi, :], v[..., lo:hi, :], return_lse=True,
+                                       backend=backend, **shard_kw(kw, lo, hi)))
+        return parts
+
+    def assertLseClose(self, lse, want, what):
+        want = np.asarray(want, dtype=np.float64)
+        self.assertTrue(np.array_equal(np.isneginf(lse), np.isneginf(want)),
+                        "%s: -inf rows differ" % what)
+        fin = np.isfinite(want)
+        self.assertTrue(np.all(np.isfinite(lse[fin])), what)
+        err = np.abs(lse[fin] - want[fin]) / np.maximum(1.0, np.abs(want[fin]))
+        self.assertLessEqual(float(err.max(initial=0.0)), LSE_TOL,
+                             "%s: lse off by %g (relative)" % (what, float(err.max(initial=0.0))))
+
+    def check_merged(self, q, k, v, bounds, backend=None, **kw):
+        parts = self.shards(q, k, v, bounds, backend=backend, **kw)
+        out, lse = fold(parts)
+        full_out, full_lse = qkv.attention(q, k, v, return_lse=True, backend=backend, **kw)
+        want_out, _, want_lse = reference(q, k, v, with_lse=True, **kw)
+        self.assertEqual((out.dtype, lse.dtype), (np.float32, np.float32))
+        self.assertEqual(out.shape, full_out.shape)
+        self.assertEqual(lse.shape, full_lse.shape)
+        self.assertEqual(lse.shape, np.shape(q)[:-1])
+        vmax = max(float(np.max(np.abs(v))), 1e-30)
+        for name, want in (("one call", full_out), ("float64 numpy", want_out)):
+            err = float(np.max(np.abs(out - want)))
+            self.assertLessEqual(err, OUT_TOL * vmax, "merged out vs %s off by %g (max|v| %g)"
+                                 % (name, err, vmax))
+        self.assertLseClose(lse, want_lse, "merged lse vs float64 numpy")
+        self.assertLseClose(lse, full_lse, "merged lse vs one call")
+        return parts, (out, lse)
+
+    def test_attention_returns_lse(self):
+        b, h, hkv, lq, lk, d = 2, 4, 2, 5, 9, 16
+        q, k, v = self.randn(b, h, lq, d), self.randn(b, hkv, lk, d), self.randn(b, hkv, lk, 3)
+        bias = self.randn(b, h, lq, lk)
+        bias[0, 1, 2] = -np.inf
+        masks = [{}, {"causal": True}, {"valid_lens": [0, 7]}, {"bias": bias},
+                 {"score": "gaussian", "scale": 0.3, "valid_lens": [[0, 1, 2, 3, 4], [9] * 5]}]
+        for backend in qkv.backends():
+            for kw in masks:
+                with self.subTest(backend=backend, mask=sorted(kw)):
+                    out, w = qkv.attention(q, k, v, return_weights=True, backend=backend, **kw)
+                    out2, lse = qkv.attention(q, k, v, return_lse=True, backend=backend, **kw)
+                    out3, w3, lse3 = qkv.attention(q, k, v, return_weights=True, return_lse=True,
+                                                   backend=backend, **kw)
+                    self.assertEqual(bits(out, w), bits(out2, w3))
+                    self.assertEqual(bits(out, lse), bits(out3, lse3))
+                    self.assertEqual((lse.dtype, lse.shape), (np.float32, (b, h, lq)))
+                    _, _, want = reference(q, k, v, with_lse=True, **kw)
+                    self.assertLseClose(lse, want, "lse")
+        # rank 2: lse [Lq]; a row that sees nothing: -inf
+        lse = qkv.attention(q[0, 0], k[0, 0], v[0, 0], valid_lens=0, return_lse=True)[1]
+        self.assertEqual(lse.shape, (lq,))
+        self.assertTrue(np.all(lse == -np.inf))
+
+    def test_weights_of_a_known_merge(self):
+        # lse log 3 against log 1: the sides weigh 3/4 and 1/4, lse log 4
+        a, b = np.array([[4.0, 8.0]], np.float32), np.array([[-4.0, 0.0]], np.float32)
+        out, lse = qkv.merge(a, np.log([3.0]), b, np.log([1.0]))
+        np.testing.assert_allclose(out, [[2.0, 6.0]], rtol=1e-6)
+        np.testing.assert_allclose(lse, [math.log(4.0)], rtol=1e-6)
+        out, lse = qkv.merge(a, [5.0], b, [5.0])  # equal lse: the mean, lse + log 2
+        np.testing.assert_array_equal(out, [[0.0, 4.0]])
+        np.testing.assert_allclose(lse, [5.0 + math.log(2.0)], rtol=1e-6)
+
+    def test_two_halves_equal_all_keys(self):
+        for backend in qkv.backends():
+            for n in range(10):
+                b, hkv = int(self.rng.integers(1, 3)), int(self.rng.integers(1, 3))
+                h = hkv * int(self.rng.integers(1, 3))
+                lq, lk = int(self.rng.integers(1, 13)), int(self.rng.integers(2, 40))
+                d, dv = int(self.rng.integers(1, 40)), int(self.rng.integers(1, 20))
+                cut = int(self.rng.integers(1, lk))
+                q, k = self.randn(b, h, lq, d), self.randn(b, hkv, lk, d)
+                v = self.randn(b, hkv, lk, dv) * float(self.rng.uniform(0.1, 10))
+                kw = {"score": "gaussian", "scale": 0.1} if n % 3 == 2 else {}
+                with self.subTest(backend=backend, n=n, q=q.shape, k=k.shape, cut=cut, **kw):
+                    self.check_merged(q, k, v, [0, cut, lk], backend=backend, **kw)
+
+    def test_gqa_and_mqa_halves(self):
+        for hkv in (1, 2, 4, 8):
+            q = self.randn(2, 8, 6, 32)
+            k, v = self.randn(2, hkv, 21, 32), self.randn(2, hkv, 21, 24)
+            with self.subTest(kv_heads=hkv):
+                self.check_merged(q, k, v, [0, 10, 21])
+
+    def test_many_shards_in_order(self):
+        q, k, v = self.randn(2, 4, 7, 16), self.randn(2, 2, 37, 16), self.randn(2, 2, 37, 8)
+        bias = self.randn(2, 4, 7, 37)
+        bias[self.rng.random(bias.shape) < 0.2] = -np.inf
+        for bounds in ([0, 1, 37], [0, 36, 37], [0, 5, 6, 20, 30, 37], list(range(38))):
+            for kw in ({}, {"valid_lens": [[3, 9, 0, 37, 21, 1, 6], [37] * 7]}, {"bias": bias}):
+                with self.subTest(bounds=bounds, mask=sorted(kw)):
+                    self.check_merged(q, k, v, bounds, **kw)
+
+    def test_a_side_that_sees_nothing_leaves_the_other_unchanged(self):
+        q, k, v = self.randn(2, 3, 4, 8), self.randn(2, 3, 10, 8), self.randn(2, 3, 10, 5)
+        # valid lengths 3 and 9 over halves of 5 keys: batch 0 sees nothing of the
+        # second half, batch 1 something of both
+        (a, b), _ = self.check_merged(q, k, v, [0, 5, 10], valid_lens=[3, 9])
+        self.assertTrue(np.all(b[1][0] == -np.inf) and np.all(b[0][0] == 0))
+        self.assertTrue(np.all(np.isfinite(b[1][1])))
+        for x, y in ((a, b), (b, a)):
+            out, lse = qkv.merge(x[0], x[1], y[0], y[1])
+            self.assertEqual(bits(out[0], lse[0]), bits(a[0][0], a[1][0]))
+            self.assertNotEqual(bits(out[1]), bits(a[0][1]))
+        # bias: query rows 1 and 3 of every head see nothing in the first half
+        bias = self.randn(1, 1, 4, 10)
+        bias[0, 0, [1, 3], :5] = -np.inf
+        (a, b), _ = self.check_merged(q, k, v, [0, 5, 10], bias=bias)
+        self.assertTrue(np.all(a[1][:, :, [1, 3]] == -np.inf))
+        for x, y in ((a, b), (b, a)):
+            out, lse = qkv.merge(x[0], x[1], y[0], y[1])
+            self.assertEqual(bits(out[:, :, [1, 3]], lse[:, :, [1, 3]]),
+                             bits(b[0][:, :, [1, 3]], b[1][:, :, [1, 3]]))
+        # made-up rows: any finite side against -inf comes back bit for bit
+        out_a, lse_a = self.randn(6, 7) * 1e3, self.randn(6) * 50
+        out_b, lse_b = self.randn(6, 7), np.full(6, -np.inf, np.float32)
+        for got in (qkv.merge(out_a, lse_a, out_b, lse_b), qkv.merge(out_b, lse_b, out_a, lse_a)):
+            self.assertEqual(bits(*got), bits(out_a, lse_a))
+
+    def test_both_sides_empty(self):
+        q, k, v = self.randn(2, 1, 3, 4), self.randn(2, 1, 6, 4), self.randn(2, 1, 6, 2)
+        _, (out, lse) = self.check_merged(q, k, v, [0, 2, 6], valid_lens=[0, 4])
+        self.assertTrue(np.all(out[0] == 0) and np.all(lse[0] == -np.inf))
+        self.assertTrue(np.all(np.isfinite(lse[1])))
+        # whatever the outs hold: zeros and -inf
+        ninf = np.full((3, 2), -np.inf, np.float32)
+        out, lse = qkv.merge(self.randn(3, 2, 5), ninf, self.randn(3, 2, 5), ninf)
+        self.assertEqual(bits(out, lse), bits(np.zeros((3, 2, 5), np.float32), ninf))
+
+    def test_bitwise_commutative(self):
+        rows, dv = 4000, 9
+        out_a, out_b = self.randn(rows, dv), self.randn(rows, dv) * 100
+        lse_a = self.randn(rows) * 10
+        lse_b = lse_a + self.randn(rows) * np.float32(3)
+        lse_b[::7] = lse_a[::7]  # ties
+        lse_b[::11] = lse_a[::11] + np.float32(100)  # one side negligible
+        lse_a[::13] = -np.inf
+        lse_b[::17] = -np.inf
+        ab, ba = qkv.merge(out_a, lse_a, out_b, lse_b), qkv.merge(out_b, lse_b, out_a, lse_a)
+        self.assertEqual(bits(*ab), bits(*ba))
+        # and from attention: two halves of real keys
+        q, k, v = self.randn(2, 4, 9, 16), self.randn(2, 2, 30, 16), self.randn(2, 2, 30, 8)
+        (a, b), _ = self.check_merged(q, k, v, [0, 13, 30])
+        self.assertEqual(bits(*qkv.merge(*a, *b)), bits(*qkv.merge(*b, *a)))
+        # merging a result with itself: the same out, lse + log 2
+        out, lse = qkv.merge(*a, *a)
+        np.testing.assert_allclose(out, a[0], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(lse, a[1] + math.log(2.0), rtol=1e-6, atol=1e-6)
+
+    def test_float64_and_strided_inputs_are_converted(self):
+        out_a, out_b = self.randn(3, 4, 6), self.randn(3, 4, 6)
+        lse_a, lse_b = self.randn(3, 4), self.randn(3, 4)
+        base = qkv.merge(out_a, lse_a, out_b, lse_b)
+        got = qkv.merge(out_a.astype(np.float64), lse_a.astype(np.float64),
+                        out_b.astype(np.float64), lse_b.astype(np.float64))
+        self.assertEqual((got[0].dtype, got[1].dtype), (np.float32, np.float32))
+        self.assertEqual(bits(*got), bits(*base))
+        wide = np.zeros((3, 4, 12), np.float32)
+        wide[..., ::2] = out_b
+        t = np.ascontiguousarray(out_a.transpose(2, 0, 1)).transpose(1, 2, 0)
+        self.assertFalse(t.flags.c_contiguous or wide[..., ::2].flags.c_contiguous)
+        got = qkv.merge(t, np.asfortranarray(lse_a), wide[..., ::2], lse_b.tolist())
+        self.assertEqual(bits(*got), bits(*base))
+
+    def test_inputs_are_not_modified(self):
+        q, k, v = self.randn(2, 4, 5, 8), self.randn(2, 2, 12, 8), self.randn(2, 2, 12, 3)
+        a, b = self.shards(q, k, v, [0, 4, 12], valid_lens=[2, 12])
+        before = [x.copy() for x in a + b]
+        out, lse = qkv.merge(*a, *b)
+        for x, y in zip(a + b, before):
+            self.assertEqual(bits(x), bits(y))
+        for x in a + b:
+            self.assertFalse(np.shares_memory(out, x) or np.shares_memory(lse, x))
+        # one result passed as both sides
+        out, lse = qkv.merge(a[0], a[1], a[0], a[1])
+        self.assertEqual(bits(*a), bits(*before[:2]))
+        # float64 input
+        o64, l64 = b[0].astype(np.float64), b[1].astype(np.float64)
+        keep = bits(o64, l64)
+        qkv.merge(o64, l64, o64, l64)
+        self.assertEqual(bits(o64, l64), keep)
+
+    def test_any_leading_shape(self):
+        dv = 3
+        for lead in ((), (5,), (2, 5), (2, 3, 5), (2, 3, 4, 5), (0,), (2, 0, 3)):
+            with self.subTest(lead=lead):
+                out_a, out_b = self.randn(*lead, dv), self.randn(*lead, dv)
+                lse_a = self.randn(*lead).reshape(lead)
+                lse_b = self.randn(*lead).reshape(lead)
+                out, lse = qkv.merge(out_a, lse_a, out_b, lse_b)
+                self.assertEqual((out.shape, lse.shape), (lead + (dv,), lead))
+                flat = qkv.merge(out_a.reshape(-1, dv), lse_a.reshape(-1),
+                                 out_b.reshape(-1, dv), lse_b.reshape(-1))
+                self.assertEqual(bits(out, lse), bits(*flat))
+        # Python scalars and lists for a single row
+        out, lse = qkv.merge([1.0, 3.0], 0.0, [3.0, 5.0], 0.0)
+        np.testing.assert_array_equal(out, [2.0, 4.0])
+        self.assertAlmostEqual(float(lse), math.log(2.0), places=6)
+
+    def test_bad_shapes_raise_value_error_naming_the_problem(self):
+        r = self.randn
+
+        def expect(words, *args):
+            with self.assertRaises(ValueError) as cm:
+                qkv.merge(*args)
+            for word in words:
+                self.assertIn(word, str(cm.exception))
+
+        expect(["out_a is [2, 3, 4]", "out_b is [2, 3, 5]"], r(2, 3, 4), r(2, 3), r(2, 3, 5), r(2, 3))
+        expect(["out_a is [2, 4]", "out_b is [1, 2, 4]"], r(2, 4), r(2), r(1, 2, 4), r(1, 2))
+        expect(["lse_a is [3, 2]", "[2, 3]"], r(2, 3, 4), r(3, 2), r(2, 3, 4), r(2, 3))
+        expect(["lse_b is [2, 3, 4]"], r(2, 3, 4), r(2, 3), r(2, 3, 4), r(2, 3, 4))
+        expect(["lse_a is [2, 3, 1]"], r(2, 3, 4), r(2, 3, 1), r(2, 3, 4), r(2, 3))
+        expect(["lse_b is [1]", "[]"], r(4), 0.0, r(4), r(1))
+        expect(["scalar"], 1.0, 0.0, 1.0, 0.0)
+        expect(["empty last dim"], r(2, 0), r(2), r(2, 0), r(2))
+        with self.assertRaises(TypeError):
+            qkv.merge(np.array([["a"]]), r(1), r(1, 1), r(1))
+        with self.assertRaises(TypeError):
+            qkv.merge(r(1, 1), r(1), r(1, 1), np.array(["x"]))
+
+    def test_non_ok_status_raises_with_the_status_string(self):
+        class Lib:  # the real library, but merge reports a status
+            def __init__(self, real, status):
+                self.real, self.status = real, status
+
+            def __getattr__(self, name):
+                return getattr(self.real, name)
+
+            def qkv_attention_merge_f32(self, *args):
+                return self.status
+
+        real = qkv._lib
+        qkv._lib = Lib(real, qkv.QKV_ERR_INVALID_ARGUMENT)
+        try:
+            with self.assertRaises(qkv.QkvError) as cm:
+                qkv.merge(self.randn(2, 3), self.randn(2), self.randn(2, 3), self.randn(2))
+        finally:
+            qkv._lib = real
+        self.assertEqual(cm.exception.status, qkv.QKV_ERR_INVALID_ARGUMENT)
+        self.assertIn("qkv_attention_merge_f32", str(cm.exception))
+        self.assertIn(qkv.status_string(qkv.QKV_ERR_INVALID_ARGUMENT), str(cm.exception))
+        # the C function itself: what the binding's checks keep it from seeing
+        f = qkv._lib.qkv_attention_merge_f32
+        x = np.zeros(4, np.float32)
+        p = x.ctypes.data
+        self.assertEqual(f(-1, 1, p, p, p, p), qkv.QKV_ERR_INVALID_ARGUMENT)
+        self.assertEqual(f(1, 0, p, p, p, p), qkv.QKV_ERR_INVALID_ARGUMENT)
+        self.assertEqual(f(1, 1, None, p, p, p), qkv.QKV_ERR_INVALID_ARGUMENT)
+        self.assertEqual(f(0, 1, None, None, None, None), qkv.QKV_OK)
 
 
 class TestLibraryLookup(unittest.TestCase):
