@@ -212,6 +212,25 @@ Problem Chunk(const Problem& p, int64_t c0, int64_t c1) {
   for (int32_t& vl : c.valid_lens) {
     vl = static_cast<int32_t>(std::clamp<int64_t>(vl - c0, 0, len));
   }
+  if (d.mask & QKV_MASK_CAUSAL) {
+    // Causal aligns to a call's own kv_len: a chunk gets it as per-query
+    // valid lengths (query i at position kv_len - q_len + i sees keys up to
+    // it), the smaller of those and any valid lengths it had.
+    std::vector<int32_t> lens(static_cast<size_t>(d.batch * d.q_len));
+    for (int64_t b = 0; b < d.batch; ++b) {
+      for (int64_t i = 0; i < d.q_len; ++i) {
+        int64_t n = std::clamp<int64_t>(d.kv_len - d.q_len + i + 1 - c0, 0, len);
+        if (!c.valid_lens.empty()) {
+          n = std::min<int64_t>(
+              n, c.valid_lens[d.valid_lens_per_query ? b * d.q_len + i : b]);
+        }
+        lens[b * d.q_len + i] = static_cast<int32_t>(n);
+      }
+    }
+    c.valid_lens = lens;
+    c.desc.valid_lens_per_query = 1;
+    c.desc.mask = (d.mask & ~uint32_t{QKV_MASK_CAUSAL}) | QKV_MASK_VALID_LENS;
+  }
   if (!p.bias.empty()) {
     // Bias per (batch, head) block of [q_len][kv_len], strides kept dense.
     const int64_t blocks = d.batch * d.q_heads;
@@ -242,6 +261,9 @@ TEST_P(MergeChunks, EqualsOneCallOverAllKeys) {
       {"dot_uneven", QKV_SCORE_DOT, QKV_MASK_NONE, {1, 17, 80, 149}},
       {"dot_valid_lens", QKV_SCORE_DOT, QKV_MASK_VALID_LENS, {33, 64, 100}},
       {"dot_bias", QKV_SCORE_DOT, QKV_MASK_BIAS, {64, 128}},
+      {"causal", QKV_SCORE_DOT, QKV_MASK_CAUSAL, {40, 146, 147}},
+      {"causal_valid_lens_bias", QKV_SCORE_DOT,
+       QKV_MASK_CAUSAL | QKV_MASK_VALID_LENS | QKV_MASK_BIAS, {100, 148}},
       {"gaussian_both", QKV_SCORE_GAUSSIAN,
        QKV_MASK_VALID_LENS | QKV_MASK_BIAS, {16, 50, 51}},
   };
