@@ -111,6 +111,21 @@ def load(report_path):
     return report.get("context", {}), medians, cvs, errors, order, scaling
 
 
+def engines_line(backends):
+    """Which engines the measured library has, and the package of each missing one."""
+    names = [b for b in backends.split(",") if b]
+    have = [e for e in ("highway", "xsimd", "reference")
+            if any(b == e or b.startswith(e + ":") for b in names)]
+    missing = [e for e, pkg in (("highway", "libhwy-dev"), ("xsimd", "libxsimd-dev"))
+               if e not in have]
+    line = "- engines built: %s" % (", ".join(have) or "?")
+    if missing:
+        line += "; **not built: %s** (apt-get install %s, then rebuild)" % (
+            ", ".join(missing), " ".join(
+                {"highway": "libhwy-dev", "xsimd": "libxsimd-dev"}[e] for e in missing))
+    return line
+
+
 def merge_lines(medians, order, limits):
     """The merge of partial results (qkv_attention_merge_f32) as GB/s of out."""
     table = []
@@ -445,6 +460,7 @@ def main():
         "- qkv %s, default backend %s; backends: %s" % (
             ctx.get("qkv_version", "?"), ctx.get("qkv_backend", "?"),
             ctx.get("qkv_backends", "?")),
+        engines_line(ctx.get("qkv_backends", "")),
         "- OpenBLAS: %s (core %s, OPENBLAS_CORETYPE=%s), 1 thread per worker"
         % (ctx.get("openblas_config", "?"), ctx.get("openblas_corename", "?"),
            ctx.get("openblas_coretype_env", "")),
