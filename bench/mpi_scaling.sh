@@ -42,17 +42,14 @@ skip() {  # skip REASON: one line in OUT_MD instead of the table
 mpirun=$(command -v mpirun || true)
 [ -n "$mpirun" ] || skip "mpirun not found (apt-get install openmpi-bin)"
 
-# The flags capi/examples/run_mpi_test.sh explains: shared memory only, no
-# single-copy (CMA) transfers, root allowed when we are root.
-# Other MPIs (MPICH's hydra) get none of these, nor the binding flags.
-openmpi=0
-base=()
+# Open MPI's flags for one machine (capi/examples/mpi_flags.sh); other MPIs
+# get none of them, nor the binding flags below.
+# shellcheck source=capi/examples/mpi_flags.sh
+source "$(dirname "$0")/../capi/examples/mpi_flags.sh"
+qkv_mpi_flags "$mpirun"
+openmpi=$QKV_OPENMPI
+base=("${QKV_MPI_FLAGS[@]}")
 version=$("$mpirun" --version 2>&1 || true)
-if grep -Eqi 'Open ?MPI|OpenRTE|open-mpi' <<<"$version"; then
-  openmpi=1
-  base=(--mca pml ob1 --mca btl 'self,vader' --mca btl_vader_single_copy_mechanism none)
-  [ "$(id -u)" = 0 ] && base+=(--allow-run-as-root)
-fi
 cores=$(nproc 2>/dev/null || echo 1)
 model=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
 per_socket=$(lscpu 2>/dev/null | sed -n 's/^Core(s) per socket: *//p' | head -n 1)

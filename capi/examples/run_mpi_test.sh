@@ -12,22 +12,10 @@
 #   - a rank count above the document count works (empty shards).
 # Usage: capi/examples/run_mpi_test.sh QKV_SHARDED_SEARCH [MPIRUN]
 #
-# mpirun flags, and why:
-#   --oversubscribe   4 ranks on a 2-core machine: without it Open MPI refuses
-#                     to start more ranks than slots (cores).
-#   --allow-run-as-root  only when running as root (CI containers): Open MPI
-#                     refuses root otherwise.
-#   --mca pml ob1 --mca btl 'self,vader'   the ranks share one machine: talk
-#                     through shared memory only, so no network transport
-#                     (tcp, openib, ofi, UCX) probes the container's
-#                     interfaces or devices and warns about them.
-#   --mca btl_vader_single_copy_mechanism none   vader's default single-copy
-#                     path (CMA, process_vm_readv) needs ptrace permission
-#                     between the ranks, which containers often deny (the job
-#                     then fails with "Read -1, expected ..."); the copy-in,
-#                     copy-out path costs nothing at these message sizes.
-# These are Open MPI's; with another mpirun none is added. QKV_MPIRUN_FLAGS
-# (split on spaces) adds flags, e.g. "--mca btl self,tcp".
+# mpirun flags: Open MPI's for one machine (capi/examples/mpi_flags.sh says
+# which and why), plus --oversubscribe: 4 ranks on a 2-core machine, which
+# Open MPI refuses without it. QKV_MPIRUN_FLAGS (split on spaces) adds
+# flags, e.g. "--mca btl self,tcp".
 set -euo pipefail
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
   echo "usage: $0 QKV_SHARDED_SEARCH [MPIRUN]" >&2
@@ -35,15 +23,13 @@ if [ $# -lt 1 ] || [ $# -gt 2 ]; then
 fi
 exe=$1
 mpirun=${2:-mpirun}
-flags=()
-version=$("$mpirun" --version 2>&1 || true)
-if grep -Eqi 'Open ?MPI|OpenRTE|open-mpi' <<<"$version"; then
-  flags=(--oversubscribe --mca pml ob1 --mca btl 'self,vader'
-         --mca btl_vader_single_copy_mechanism none)
-  if [ "$(id -u)" = 0 ]; then
-    flags+=(--allow-run-as-root)
-  fi
-fi  # other MPIs (MPICH's hydra) oversubscribe and run as root without flags
+# shellcheck source=capi/examples/mpi_flags.sh
+source "$(dirname "$0")/mpi_flags.sh"
+qkv_mpi_flags "$mpirun"
+flags=("${QKV_MPI_FLAGS[@]}")
+if [ "$QKV_OPENMPI" = 1 ]; then
+  flags+=(--oversubscribe)
+fi  # other MPIs (MPICH's hydra) oversubscribe without flags
 # shellcheck disable=SC2206  # split on purpose
 flags+=(${QKV_MPIRUN_FLAGS:-})
 
