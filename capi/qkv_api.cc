@@ -7,6 +7,8 @@
 
 #include "engine.h"
 #include "qkv/qkv.h"
+#include "semantics.h"
+#include "why.h"
 
 namespace qkv {
 namespace {
@@ -21,8 +23,8 @@ constexpr size_t kMaxStructSize = 4096;
 
 // The last field: a struct_size past its end (sizeof, with the padding) is a
 // newer caller's descriptor.
-static_assert(QKV_FIELD_END(backend) <= sizeof(qkv_attention_desc),
-              "backend must be the descriptor's last field");
+static_assert(QKV_FIELD_END(kv_start) <= sizeof(qkv_attention_desc),
+              "kv_start must be the descriptor's last field");
 
 // One code path reads every struct_size (smaller builds): the field checks
 // cost a compare each. Elsewhere the common case, struct_size == sizeof, has
@@ -95,6 +97,42 @@ unsigned Overlap(Range a, Range b) {
          static_cast<unsigned>(b.begin < a.end);
 }
 
+// Records why a call is refused, when the caller asked (qkv_attention_explain
+// passes a Why; the calls pass NULL and pay one test per refusal, never on
+// the way to computing). Returns the status.
+#if defined(__GNUC__)
+__attribute__((noinline, cold))
+#endif
+qkv_status Refuse(Why* why, qkv_status st, Reason reason,
+                  const char* name = nullptr, int64_t a = 0, int64_t b = 0,
+                  int64_t c = 0, const char* name2 = nullptr) {
+  if (why != nullptr) {
+    why->reason = reason;
+    why->name = name;
+    why->name2 = name2;
+    why->a = a;
+    why->b = b;
+    why->c = c;
+  }
+  return st;
+}
+
+#if defined(__GNUC__)
+__attribute__((noinline, cold))
+#endif
+qkv_status RefuseF(Why* why, Reason reason, const char* name, int64_t a,
+                   double f) {
+  if (why != nullptr) {
+    why->reason = reason;
+    why->name = name;
+    why->a = a;
+    why->f = f;
+  }
+  return QKV_ERR_INVALID_ARGUMENT;
+}
+
+#define QKV_INVALID(...) Refuse(why, QKV_ERR_INVALID_ARGUMENT, __VA_ARGS__)
+
 // Everything a call needs that depends on the descriptor only.
 struct Plan {
   Problem problem;
@@ -106,33 +144,151 @@ struct Plan {
   qkv_parallel_for_fn parallel_for;
   void* parallel_ctx;
   const char* backend;  // desc.backend, while the engine is being chosen
+  int32_t kv_dtype;
+  bool empty;    // batch or q_len 0: nothing to do
+  bool no_keys;  // kv_len 0: every row sees no key
+  // Offsets (in elements) one past the last element each tensor's strides
+  // reach, for the overlap checks.
+  int64_t q_end, k_end, v_end, out_end;
 };
+
+// One tensor's strides: `given` as the caller wrote them (all zero: dense
+// for sizes n0 x n1 x n2 x dim). Validates and stores the strides to use
+// and one past the last element they reach (0 when the tensor is empty).
+struct StrideCheck {
+  const char* batch;  // field names, for the message
+  const char* head;
+  const char* token;
+  const char* dim_name;
+};
+
+qkv_status CheckStrides(const qkv_strides& given, int64_t n0, int64_t n1,
+                        int64_t n2, int64_t dim, const StrideCheck& names,
+                        bool output, int64_t* sb, int64_t* sh, int64_t* st,
+                        int64_t* end, Why* why) {
+  const bool empty = n0 == 0 || n1 == 0 || n2 == 0;
+  if (given.batch == 0 && given.head == 0 && given.token == 0) {
+    *st = dim;
+    *sh = n2 * dim;  // fits: the caller checked the dense count
+    *sb = n1 * *sh;
+    *end = empty ? 0 : n0 * *sb;
+    return QKV_OK;
+  }
+  const int64_t s[3] = {given.batch, given.head, given.token};
+  const int64_t n[3] = {n0, n1, n2};
+  const char* name[3] = {names.batch, names.head, names.token};
+  for (int i = 0; i < 3; ++i) {
+    if (s[i] < 0) return QKV_INVALID(kWhyNegativeStride, name[i], s[i]);
+    if (!output && s[i] != 0 && s[i] < dim) {
+      return QKV_INVALID(kWhyStrideTooSmall, name[i], s[i], dim, 0,
+                         names.dim_name);
+    }
+  }
+  if (output && !empty) {
+    // Nesting: sorted by stride, each dimension of size > 1 starts past the
+    // extent of the ones inside it, so no two elements share memory.
+    int order[3] = {0, 1, 2};
+    for (int i = 1; i < 3; ++i) {
+      for (int j = i; j > 0 && s[order[j]] < s[order[j - 1]]; --j) {
+        const int t = order[j];
+        order[j] = order[j - 1];
+        order[j - 1] = t;
+      }
+    }
+    int64_t extent = dim;
+    for (int i = 0; i < 3; ++i) {
+      const int d = order[i];
+      if (n[d] <= 1) continue;
+      if (s[d] < extent) {
+        return QKV_INVALID(kWhyOutAlias, name[d], s[d], extent);
+      }
+      const int64_t span = Mul(n[d] - 1, s[d]);
+      if (span < 0 || span > INT64_MAX - extent) {
+        return QKV_INVALID(kWhyStrideExtent, names.batch);
+      }
+      extent += span;
+    }
+  }
+  *sb = s[0];
+  *sh = s[1];
+  *st = s[2];
+  if (empty) {
+    *end = 0;
+    return QKV_OK;
+  }
+  // One past the last element: (n0-1) sb + (n1-1) sh + (n2-1) st + dim.
+  int64_t last = dim;
+  for (int i = 0; i < 3; ++i) {
+    const int64_t term = Mul(n[i] - 1, s[i]);
+    if (term < 0 || term > INT64_MAX - last) {
+      return QKV_INVALID(kWhyStrideExtent, names.batch);
+    }
+    last += term;
+  }
+  if (!Addressable(last)) return QKV_INVALID(kWhyStrideExtent, names.batch);
+  *end = last;
+  return QKV_OK;
+}
+
+const StrideCheck kQStrides = {"q_strides.batch", "q_strides.head",
+                               "q_strides.token", "head_dim"};
+const StrideCheck kKStrides = {"k_strides.batch", "k_strides.head",
+                               "k_strides.token", "head_dim"};
+const StrideCheck kVStrides = {"v_strides.batch", "v_strides.head",
+                               "v_strides.token", "value_dim"};
+const StrideCheck kOutStrides = {"out_strides.batch", "out_strides.head",
+                                 "out_strides.token", "value_dim"};
+
+// A window side of 2^40 or more reaches past every key from every position
+// (positions are int32 plus q_len): unbounded, like a negative side, and
+// small enough that position arithmetic cannot overflow.
+int64_t WindowSide(int64_t side) {
+  return side >= (int64_t{1} << 40) ? -1 : side;
+}
 
 // Validates the caller's descriptor `d` of struct_size `size` (not the data
 // pointers) into `plan`. A field is read only when it lies wholly inside
 // `size`; the others are at their defaults: scale 1/sqrt(head_dim), every
 // other field 0 or NULL. The descriptor is read where the caller keeps it,
 // through a pointer (a reference would let the compiler read past a shorter
-// descriptor). kFull: size == sizeof, every field is there.
+// descriptor). kFull: size == sizeof, every field is there. `why`: NULL, or
+// where to say why the descriptor is refused.
 template <bool kFull>
-qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan) {
+qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
+                    Why* why) {
 #define QKV_HAS(field) (kFull || QKV_FIELD_END(field) <= size)
 #define QKV_READ(field) (QKV_HAS(field) ? d->field : 0)
   // The sizes have no default: a descriptor without them is invalid.
-  if (!QKV_HAS(value_dim)) return QKV_ERR_INVALID_ARGUMENT;
+  if (!QKV_HAS(value_dim)) {
+    return QKV_INVALID(kWhyStructTooShort, nullptr,
+                       static_cast<int64_t>(size),
+                       static_cast<int64_t>(QKV_FIELD_END(value_dim)));
+  }
   const int64_t batch = d->batch, q_heads = d->q_heads,
                 kv_heads = d->kv_heads, q_len = d->q_len, kv_len = d->kv_len,
                 head_dim = d->head_dim, value_dim = d->value_dim;
-  if (batch <= 0 || q_heads <= 0 || kv_heads <= 0 || q_len <= 0 ||
-      kv_len <= 0 || head_dim <= 0 || value_dim <= 0) {
-    return QKV_ERR_INVALID_ARGUMENT;
+  if ((batch | q_len | kv_len) < 0 || q_heads <= 0 || kv_heads <= 0 ||
+      head_dim <= 0 || value_dim <= 0) {
+    if (batch < 0) return QKV_INVALID(kWhyNegativeSize, "batch", batch);
+    if (q_heads <= 0) return QKV_INVALID(kWhyNotPositive, "q_heads", q_heads);
+    if (kv_heads <= 0) {
+      return QKV_INVALID(kWhyNotPositive, "kv_heads", kv_heads);
+    }
+    if (q_len < 0) return QKV_INVALID(kWhyNegativeSize, "q_len", q_len);
+    if (kv_len < 0) return QKV_INVALID(kWhyNegativeSize, "kv_len", kv_len);
+    if (head_dim <= 0) {
+      return QKV_INVALID(kWhyNotPositive, "head_dim", head_dim);
+    }
+    return QKV_INVALID(kWhyNotPositive, "value_dim", value_dim);
   }
   // (A 64-bit division is tens of cycles, a good part of a tiny call: the
   // common MHA and MQA shapes skip it.)
   const int64_t group = kv_heads == q_heads ? 1
                         : kv_heads == 1     ? q_heads
                                             : q_heads / kv_heads;
-  if (group * kv_heads != q_heads) return QKV_ERR_INVALID_ARGUMENT;
+  if (group * kv_heads != q_heads) {
+    return QKV_INVALID(kWhyGroup, nullptr, q_heads, kv_heads);
+  }
   // An out-of-range enum value is undefined behaviour to read as the enum in
   // C++, and that is exactly what a C caller may pass: read its bytes.
   int32_t score = QKV_SCORE_DOT;
@@ -140,14 +296,15 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan) {
   if (QKV_HAS(score)) memcpy(&score, &d->score, sizeof(score));
   if (score != QKV_SCORE_DOT && score != QKV_SCORE_GAUSSIAN &&
       score != QKV_SCORE_ADDITIVE) {
-    return QKV_ERR_INVALID_ARGUMENT;
+    return QKV_INVALID(kWhyScore, nullptr, score);
   }
-  const uint32_t known_masks =
-      QKV_MASK_CAUSAL | QKV_MASK_VALID_LENS | QKV_MASK_BIAS;
+  const uint32_t known_masks = QKV_MASK_CAUSAL | QKV_MASK_VALID_LENS |
+                               QKV_MASK_BIAS | QKV_MASK_WINDOW |
+                               QKV_MASK_KV_START;
   const uint32_t mask = QKV_READ(mask);
-  if ((mask & ~known_masks) != 0) return QKV_ERR_INVALID_ARGUMENT;
+  if ((mask & ~known_masks) != 0) return QKV_INVALID(kWhyMask, nullptr, mask);
   const float scale = QKV_HAS(scale) ? d->scale : DefaultScale(head_dim);
-  if (!isfinite(scale)) return QKV_ERR_INVALID_ARGUMENT;
+  if (!isfinite(scale)) return RefuseF(why, kWhyScale, "scale", 0, scale);
 
   // Every element count and byte count must be representable: q, k, v, out
   // and weights (the rows, lse, divide each).
@@ -156,7 +313,7 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan) {
       !Count4(batch, kv_heads, kv_len, value_dim) ||
       !Count4(batch, q_heads, q_len, value_dim) ||
       !Count4(batch, q_heads, q_len, kv_len)) {
-    return QKV_ERR_INVALID_ARGUMENT;
+    return QKV_INVALID(kWhyTooLarge);
   }
   // Rows of k and of out (lse): no overflow, the counts above are larger.
   const int64_t kv_rows = batch * kv_heads * kv_len;
@@ -179,11 +336,14 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan) {
   if (mask & QKV_MASK_VALID_LENS) {
     const int32_t* valid_lens = QKV_READ(valid_lens);
     const bool per_query = QKV_READ(valid_lens_per_query) != 0;
-    if (valid_lens == nullptr) return QKV_ERR_INVALID_ARGUMENT;
+    if (valid_lens == nullptr) {
+      return QKV_INVALID(kWhyNullArray, "valid_lens", 0, QKV_MASK_VALID_LENS);
+    }
     const int64_t n = per_query ? batch * q_len : batch;  // fits: n_rows does
     for (int64_t i = 0; i < n; ++i) {
       if (valid_lens[i] < 0 || valid_lens[i] > kv_len) {
-        return QKV_ERR_INVALID_ARGUMENT;
+        return QKV_INVALID(kWhyIndexRange, "valid_lens", i, valid_lens[i],
+                           kv_len);
       }
     }
     p.valid_lens = valid_lens;
@@ -193,17 +353,23 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan) {
     const float* bias = QKV_READ(bias);
     const int64_t batch_stride = QKV_READ(bias_batch_stride);
     const int64_t head_stride = QKV_READ(bias_head_stride);
-    if (bias == nullptr || batch_stride < 0 || head_stride < 0) {
-      return QKV_ERR_INVALID_ARGUMENT;
+    if (bias == nullptr) {
+      return QKV_INVALID(kWhyNullArray, "bias", 0, QKV_MASK_BIAS);
+    }
+    if (batch_stride < 0) {
+      return QKV_INVALID(kWhyBiasStride, "bias_batch_stride", batch_stride);
+    }
+    if (head_stride < 0) {
+      return QKV_INVALID(kWhyBiasStride, "bias_head_stride", head_stride);
     }
     // The last element read: (B-1)*sb + (H-1)*sh + Lq*Lk - 1.
-    const int64_t last_b = Mul(batch - 1, batch_stride);
+    const int64_t last_b = Mul(batch > 0 ? batch - 1 : 0, batch_stride);
     const int64_t last_h = Mul(q_heads - 1, head_stride);
     const int64_t row_block = q_len * kv_len;  // fits: weights' count does
     if (last_b < 0 || last_h < 0 || last_b > INT64_MAX - last_h ||
         last_b + last_h > INT64_MAX - row_block ||
         !Addressable(last_b + last_h + row_block)) {
-      return QKV_ERR_INVALID_ARGUMENT;
+      return QKV_INVALID(kWhyTooLarge, "bias");
     }
     p.bias = bias;
     p.bias_batch_stride = batch_stride;
@@ -214,12 +380,15 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan) {
     const float* w_q = QKV_READ(additive_w_q);
     const float* w_k = QKV_READ(additive_w_k);
     const float* w_v = QKV_READ(additive_w_v);
-    if (hidden <= 0 || w_q == nullptr || w_k == nullptr || w_v == nullptr ||
-        !Addressable(Mul(hidden, head_dim)) ||
+    if (hidden <= 0) return QKV_INVALID(kWhyAdditiveHidden, nullptr, hidden);
+    if (w_q == nullptr) return QKV_INVALID(kWhyNullArray, "additive_w_q");
+    if (w_k == nullptr) return QKV_INVALID(kWhyNullArray, "additive_w_k");
+    if (w_v == nullptr) return QKV_INVALID(kWhyNullArray, "additive_w_v");
+    if (!Addressable(Mul(hidden, head_dim)) ||
         !Addressable(Mul(hidden, kv_len + 1)) ||
         !Addressable(Mul(kv_rows, hidden)) ||
         !Addressable(Mul(n_rows, hidden))) {
-      return QKV_ERR_INVALID_ARGUMENT;
+      return QKV_INVALID(kWhyTooLarge, "additive_hidden");
     }
     p.additive_hidden = hidden;
     p.w_q = w_q;
@@ -229,22 +398,104 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan) {
   const qkv_parallel_for_fn parallel_for = QKV_READ(parallel_for);
   const size_t num_workers = QKV_READ(num_workers);
   if (parallel_for != nullptr && num_workers == 0) {
-    return QKV_ERR_INVALID_ARGUMENT;
+    return QKV_INVALID(kWhyWorkers);
+  }
+
+  // ---- 0.2: element type, layouts, variants.
+  int32_t dtype = QKV_DTYPE_F32;
+  static_assert(sizeof(dtype) == sizeof(d->kv_dtype), "qkv_dtype is 32 bits");
+  if (QKV_HAS(kv_dtype)) memcpy(&dtype, &d->kv_dtype, sizeof(dtype));
+  if (dtype < QKV_DTYPE_F32 || dtype > QKV_DTYPE_I8) {
+    return QKV_INVALID(kWhyDtype, nullptr, dtype);
+  }
+  plan->kv_dtype = dtype;
+  const qkv_strides zero = {0, 0, 0};
+  qkv_status st;
+  st = CheckStrides(QKV_HAS(q_strides) ? d->q_strides : zero, batch, q_heads,
+                    q_len, head_dim, kQStrides, false, &p.q_sb, &p.q_sh,
+                    &p.q_st, &plan->q_end, why);
+  if (st != QKV_OK) return st;
+  st = CheckStrides(QKV_HAS(k_strides) ? d->k_strides : zero, batch, kv_heads,
+                    kv_len, head_dim, kKStrides, false, &p.k_sb, &p.k_sh,
+                    &p.k_st, &plan->k_end, why);
+  if (st != QKV_OK) return st;
+  st = CheckStrides(QKV_HAS(v_strides) ? d->v_strides : zero, batch, kv_heads,
+                    kv_len, value_dim, kVStrides, false, &p.v_sb, &p.v_sh,
+                    &p.v_st, &plan->v_end, why);
+  if (st != QKV_OK) return st;
+  st = CheckStrides(QKV_HAS(out_strides) ? d->out_strides : zero, batch,
+                    q_heads, q_len, value_dim, kOutStrides, true, &p.out_sb,
+                    &p.out_sh, &p.out_st, &plan->out_end, why);
+  if (st != QKV_OK) return st;
+  if (mask & QKV_MASK_WINDOW) {
+    p.window = true;
+    p.window_left = WindowSide(QKV_READ(window_left));
+    p.window_right = WindowSide(QKV_READ(window_right));
+  }
+  const float* slopes = QKV_READ(alibi_slopes);
+  if (slopes != nullptr) {
+    for (int64_t h = 0; h < q_heads; ++h) {
+      if (!isfinite(slopes[h])) {
+        return RefuseF(why, kWhyNotFinite, "alibi_slopes", h, slopes[h]);
+      }
+    }
+    p.alibi_slopes = slopes;
+  }
+  const float softcap = QKV_HAS(softcap) ? d->softcap : 0.0f;
+  if (!(softcap >= 0.0f) || !isfinite(softcap)) {
+    return RefuseF(why, kWhySoftcap, "softcap", 0, softcap);
+  }
+  p.softcap = softcap;
+  p.q_pos = QKV_READ(q_pos);
+  const float* sinks = QKV_READ(sinks);
+  if (sinks != nullptr) {
+    for (int64_t h = 0; h < q_heads; ++h) {
+      if (isnan(sinks[h]) || sinks[h] == INFINITY) {
+        return RefuseF(why, kWhySink, "sinks", h, sinks[h]);
+      }
+    }
+    p.sinks = sinks;
+  }
+  if (mask & QKV_MASK_KV_START) {
+    const int32_t* kv_start = QKV_READ(kv_start);
+    if (kv_start == nullptr) {
+      return QKV_INVALID(kWhyNullArray, "kv_start", 0, QKV_MASK_KV_START);
+    }
+    for (int64_t b = 0; b < batch; ++b) {
+      if (kv_start[b] < 0 || kv_start[b] > kv_len) {
+        return QKV_INVALID(kWhyIndexRange, "kv_start", b, kv_start[b], kv_len);
+      }
+    }
+    p.kv_start = kv_start;
   }
 
   plan->parallel_for = parallel_for;
   plan->parallel_ctx = QKV_READ(parallel_ctx);
   plan->workers = parallel_for != nullptr ? num_workers : 1;
   plan->engine = nullptr;
+  plan->empty = batch == 0 || q_len == 0;
+  plan->no_keys = kv_len == 0;
   // Valid, but maybe not servable here. A longer descriptor with non-zero
   // bytes past ours sets fields this library does not know.
   if (!kFull) {
     const unsigned char* bytes = reinterpret_cast<const unsigned char*>(d);
     for (size_t i = sizeof(qkv_attention_desc); i < size; ++i) {
-      if (bytes[i] != 0) return QKV_ERR_UNSUPPORTED;
+      if (bytes[i] != 0) {
+        return Refuse(why, QKV_ERR_UNSUPPORTED, kWhyUnknownBytes, nullptr,
+                      static_cast<int64_t>(size),
+                      static_cast<int64_t>(sizeof(qkv_attention_desc)));
+      }
     }
   }
-  if (q_len > INT32_MAX || kv_len > INT32_MAX) return QKV_ERR_UNSUPPORTED;
+  if (q_len > INT32_MAX) {
+    return Refuse(why, QKV_ERR_UNSUPPORTED, kWhyLength32, "q_len", q_len);
+  }
+  if (kv_len > INT32_MAX) {
+    return Refuse(why, QKV_ERR_UNSUPPORTED, kWhyLength32, "kv_len", kv_len);
+  }
+  if (dtype != QKV_DTYPE_F32) {
+    return Refuse(why, QKV_ERR_UNSUPPORTED, kWhyDtypeUnserved, nullptr, dtype);
+  }
   // MakePlan picks the engine for the backend, once this frame is gone.
   plan->backend = QKV_READ(backend);
   return QKV_OK;
@@ -253,27 +504,35 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan) {
 }
 
 // Picks the engine for plan->backend and sizes the workspace.
-__attribute__((noinline)) qkv_status ChooseEngine(Plan* plan) {
+__attribute__((noinline)) qkv_status ChooseEngine(Plan* plan, Why* why) {
   const Problem& p = plan->problem;
   const char* backend = plan->backend;
   const Engine* engine = nullptr;
+  const bool trivial = plan->empty || plan->no_keys;  // no engine runs
   if (backend != nullptr && backend[0] != '\0') {
     engine = FindEngine(backend);
-    if (engine == nullptr || !engine->supports(p)) return QKV_ERR_UNSUPPORTED;
+    if (engine == nullptr || (!trivial && !engine->supports(p))) {
+      if (why != nullptr) why->text = backend;
+      return Refuse(why, QKV_ERR_UNSUPPORTED, kWhyBackend);
+    }
   } else {
-    engine = DefaultEngineFor(p);
-    if (engine == nullptr) return QKV_ERR_UNSUPPORTED;
+    engine = trivial ? EngineAt(0) : DefaultEngineFor(p);
+    if (engine == nullptr) return Refuse(why, QKV_ERR_UNSUPPORTED, kWhyNoEngine);
   }
   plan->engine = engine;
+  plan->workspace = 0;
+  if (trivial) {
+    plan->shared = plan->per_worker = 0;
+    return QKV_OK;
+  }
   plan->shared = engine->shared_workspace(p);
   plan->per_worker = engine->workspace_per_worker(p);
-  plan->workspace = 0;
   if (plan->shared != 0 || plan->per_worker != 0) {
     const size_t room = SIZE_MAX - kWorkspaceAlign - plan->shared;
     if (plan->shared > SIZE_MAX / 2 ||
         (plan->per_worker != 0 &&
          plan->per_worker > (plan->workers == 1 ? room : room / plan->workers))) {
-      return QKV_ERR_INVALID_ARGUMENT;  // the workspace is not addressable
+      return QKV_INVALID(kWhyTooLarge, "workspace");
     }
     plan->workspace = plan->shared + plan->per_worker * plan->workers +
                       kWorkspaceAlign - 1;
@@ -283,40 +542,57 @@ __attribute__((noinline)) qkv_status ChooseEngine(Plan* plan) {
 
 // Validates the caller's descriptor and picks the engine. A descriptor of
 // any struct_size is read where it is, not copied.
-qkv_status MakePlan(const qkv_attention_desc* in, Plan* plan) {
-  if (in == nullptr) return QKV_ERR_INVALID_ARGUMENT;
+qkv_status MakePlan(const qkv_attention_desc* in, Plan* plan, Why* why) {
+  if (in == nullptr) return QKV_INVALID(kWhyDescNull);
   const size_t size = in->struct_size;
   if (size < sizeof(size_t) || size > kMaxStructSize) {
-    return QKV_ERR_INVALID_ARGUMENT;
+    return QKV_INVALID(kWhyStructSize, nullptr, static_cast<int64_t>(size));
   }
   const qkv_status st = kOwnSizePath && size == sizeof(qkv_attention_desc)
-                            ? PlanFrom<true>(in, size, plan)
-                            : PlanFrom<false>(in, size, plan);
-  return st == QKV_OK ? ChooseEngine(plan) : st;
+                            ? PlanFrom<true>(in, size, plan, why)
+                            : PlanFrom<false>(in, size, plan, why);
+  return st == QKV_OK ? ChooseEngine(plan, why) : st;
 }
 
-// The data pointers of a call with valid sizes `p`: q, k, v and out are
-// non-NULL; outputs overlap no input, no other output and not the workspace;
-// a non-empty workspace is non-NULL. Out of line, so that its ranges are not
+// The data pointers of a call with valid sizes `p`: a tensor with elements
+// has a non-NULL pointer (q, k, v and out; weights and lse may be NULL);
+// outputs overlap no input, no other output and not the workspace; a
+// non-empty workspace is non-NULL. Out of line, so that its ranges are not
 // on the stack while the tasks run.
-__attribute__((noinline)) bool BuffersValid(const Problem& p,
+__attribute__((noinline)) bool BuffersValid(const Plan& plan,
                                             const void* workspace,
-                                            size_t workspace_size) {
+                                            size_t workspace_size, Why* why) {
+  const Problem& p = plan.problem;
+  if (plan.empty) return true;  // nothing is read or written
   const float *q = p.q, *k = p.k, *v = p.v;
   const float *out = p.out, *weights = p.weights, *lse = p.lse;
-  if (q == nullptr || k == nullptr || v == nullptr || out == nullptr) {
+  if (q == nullptr || out == nullptr ||
+      (!plan.no_keys && (k == nullptr || v == nullptr))) {
+    if (why != nullptr) {
+      Refuse(why, QKV_ERR_INVALID_ARGUMENT, kWhyNullBuffer,
+             q == nullptr     ? "q"
+             : out == nullptr ? "out"
+             : k == nullptr   ? "k"
+                              : "v");
+    }
     return false;
   }
   const int64_t rows = p.batch * p.q_heads * p.q_len;
-  const int64_t kv_rows = p.batch * p.kv_heads * p.kv_len;
-  const Range r_out = RangeOf(out, rows * p.value_dim, 4);
+  const Range r_out = RangeOf(out, plan.out_end, 4);
   const Range r_w = RangeOf(weights, rows * p.kv_len, 4);
   const Range r_lse = RangeOf(lse, rows, 4);
   const Range outputs[] = {r_out, r_w, r_lse};
-  const Range inputs[] = {RangeOf(q, rows * p.head_dim, 4),
-                          RangeOf(k, kv_rows * p.head_dim, 4),
-                          RangeOf(v, kv_rows * p.value_dim, 4)};
-  if (workspace == nullptr && workspace_size != 0) return false;
+  const Range inputs[] = {RangeOf(q, plan.q_end, 4),
+                          RangeOf(k, plan.k_end, 4),
+                          RangeOf(v, plan.v_end, 4)};
+  if (workspace == nullptr && workspace_size != 0) {
+    if (why != nullptr) {
+      Refuse(why, QKV_ERR_INVALID_ARGUMENT, kWhyWorkspaceNull, nullptr,
+             static_cast<int64_t>(workspace_size > INT64_MAX ? INT64_MAX
+                                                             : workspace_size));
+    }
+    return false;
+  }
   const uintptr_t ws = reinterpret_cast<uintptr_t>(workspace);
   const Range r_ws =
       workspace_size == 0 ? Range{0, 0} : Range{ws, ws + workspace_size};
@@ -332,7 +608,37 @@ __attribute__((noinline)) bool BuffersValid(const Problem& p,
     }
     overlap |= Overlap(r_ws, outputs[i]);
   }
-  return overlap == 0;
+  if (overlap == 0) return true;
+  if (why != nullptr) {  // find the first pair, for the message
+    const char* out_names[] = {"out", "weights", "lse"};
+    const char* in_names[] = {"q", "k", "v"};
+    for (size_t i = 0; i < 3 && why->reason == kWhyNone; ++i) {
+      if (outputs[i].end == 0) continue;
+      for (size_t j = 0; j < 3 && why->reason == kWhyNone; ++j) {
+        if (Overlap(outputs[i], inputs[j])) {
+          Refuse(why, QKV_ERR_INVALID_ARGUMENT, kWhyOverlap, out_names[i], 0,
+                 0, 0, in_names[j]);
+        }
+      }
+      for (size_t j = i + 1; j < 3 && why->reason == kWhyNone; ++j) {
+        if (Overlap(outputs[i], outputs[j])) {
+          Refuse(why, QKV_ERR_INVALID_ARGUMENT, kWhyOverlap, out_names[i], 0,
+                 0, 0, out_names[j]);
+        }
+      }
+      if (why->reason == kWhyNone && Overlap(r_ws, outputs[i])) {
+        Refuse(why, QKV_ERR_INVALID_ARGUMENT, kWhyOverlap, out_names[i], 0, 0,
+               0, "workspace");
+      }
+    }
+    for (size_t j = 0; j < 3 && why->reason == kWhyNone; ++j) {
+      if (Overlap(r_ws, inputs[j])) {
+        Refuse(why, QKV_ERR_INVALID_ARGUMENT, kWhyOverlap, "workspace", 0, 0,
+               0, in_names[j]);
+      }
+    }
+  }
+  return false;
 }
 
 struct CallContext {
@@ -361,6 +667,93 @@ __attribute__((noinline)) void RunPooled(const Plan& plan, size_t tasks,
                      workers_base,  plan.per_worker, plan.workers};
   plan.parallel_for(plan.parallel_ctx, tasks, &RunOneTask, &ctx);
 }
+
+// kv_len 0: every row sees no key: out 0, lse -inf or the head's sink.
+__attribute__((noinline)) void NoKeys(const Problem& p) {
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < p.q_heads; ++h) {
+      const float sink = RowSink(p, h);
+      for (int64_t i = 0; i < p.q_len; ++i) {
+        float* out = OutRow(p, b, h, i);
+        for (int64_t c = 0; c < p.value_dim; ++c) out[c] = 0.0f;
+        if (p.lse != nullptr) {
+          p.lse[(b * p.q_heads + h) * p.q_len + i] = sink;
+        }
+      }
+    }
+  }
+}
+
+// Validates a whole call; on QKV_OK `plan` is ready to run. `f32_entry`:
+// called as qkv_attention_f32, which reads f32 K and V only.
+qkv_status Prepare(const qkv_attention_desc* desc, const float* q,
+                   const void* k, const void* v, float* out, float* weights,
+                   float* lse, void* workspace, size_t workspace_size,
+                   bool f32_entry, Plan* plan, Why* why) {
+  qkv_status st = MakePlan(desc, plan, why);
+  if (st == QKV_ERR_INVALID_ARGUMENT) return st;
+  if (f32_entry && plan->kv_dtype != QKV_DTYPE_F32) {
+    return QKV_INVALID(kWhyDtypeF32Entry, nullptr, plan->kv_dtype);
+  }
+  // Past here the sizes in plan.problem are valid even when st says the
+  // request is unsupported: every invalid argument is reported first.
+  Problem& p = plan->problem;
+  p.q = q;
+  p.k = static_cast<const float*>(k);
+  p.v = static_cast<const float*>(v);
+  p.out = out;
+  p.weights = weights;
+  p.lse = lse;
+  if (!BuffersValid(*plan, workspace, workspace_size, why)) {
+    return QKV_ERR_INVALID_ARGUMENT;
+  }
+  if (st != QKV_OK) return st;
+  if (workspace_size < plan->workspace) {
+    return Refuse(why, QKV_ERR_WORKSPACE_TOO_SMALL, kWhyWorkspaceSmall,
+                  nullptr,
+                  static_cast<int64_t>(workspace_size > INT64_MAX
+                                           ? INT64_MAX
+                                           : workspace_size),
+                  static_cast<int64_t>(plan->workspace));
+  }
+  return QKV_OK;
+}
+
+qkv_status Run(const qkv_attention_desc* desc, const float* q, const void* k,
+               const void* v, float* out, float* weights, float* lse,
+               void* workspace, size_t workspace_size, bool f32_entry) {
+  Plan plan;
+  const qkv_status st = Prepare(desc, q, k, v, out, weights, lse, workspace,
+                                workspace_size, f32_entry, &plan, nullptr);
+  if (st != QKV_OK) return st;
+  const Problem& p = plan.problem;
+  if (plan.empty) return QKV_OK;
+  if (plan.no_keys) {
+    NoKeys(p);
+    return QKV_OK;
+  }
+  unsigned char* base = nullptr;
+  if (plan.workspace != 0) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(workspace);
+    const uintptr_t aligned =
+        (at + kWorkspaceAlign - 1) & ~(uintptr_t{kWorkspaceAlign} - 1);
+    base = static_cast<unsigned char*>(workspace) + (aligned - at);
+  }
+  unsigned char* workers_base = base ? base + plan.shared : nullptr;
+  if (plan.engine->prepare != nullptr) plan.engine->prepare(p, base);
+  const size_t tasks = plan.engine->num_tasks(p);
+  // One task is run inline: waking a pool costs more than a small call.
+  if (plan.parallel_for == nullptr || tasks <= 1) {
+    for (size_t t = 0; t < tasks; ++t) {
+      plan.engine->run_task(p, t, base, workers_base);
+    }
+  } else {
+    RunPooled(plan, tasks, base, workers_base);
+  }
+  return QKV_OK;
+}
+
+#undef QKV_INVALID
 
 }  // namespace
 }  // namespace qkv
@@ -396,7 +789,7 @@ QKV_API const char* qkv_status_string(qkv_status status) {
              "qkv_attention_workspace_size(desc) bytes";
     case QKV_ERR_UNSUPPORTED:
       return "unsupported: a valid request this build or CPU cannot serve "
-             "(backend, score kind or descriptor field)";
+             "(backend, score kind, element type or descriptor field)";
   }
   return "unknown qkv_status value";
 }
@@ -418,11 +811,12 @@ QKV_API void qkv_attention_desc_init(qkv_attention_desc* desc, int64_t batch,
   desc->score = QKV_SCORE_DOT;
   desc->scale = qkv::DefaultScale(head_dim);
   desc->mask = QKV_MASK_NONE;
+  desc->kv_dtype = QKV_DTYPE_F32;
 }
 
 QKV_API size_t qkv_attention_workspace_size(const qkv_attention_desc* desc) {
   qkv::Plan plan;
-  return qkv::MakePlan(desc, &plan) == QKV_OK ? plan.workspace : 0;
+  return qkv::MakePlan(desc, &plan, nullptr) == QKV_OK ? plan.workspace : 0;
 }
 
 QKV_API qkv_status qkv_attention_f32(const qkv_attention_desc* desc,
@@ -430,42 +824,35 @@ QKV_API qkv_status qkv_attention_f32(const qkv_attention_desc* desc,
                                      const float* v, float* out,
                                      float* weights, float* lse,
                                      void* workspace, size_t workspace_size) {
+  return qkv::Run(desc, q, k, v, out, weights, lse, workspace, workspace_size,
+                  true);
+}
+
+QKV_API qkv_status qkv_attention(const qkv_attention_desc* desc,
+                                 const float* q, const void* k, const void* v,
+                                 float* out, float* weights, float* lse,
+                                 void* workspace, size_t workspace_size) {
+  return qkv::Run(desc, q, k, v, out, weights, lse, workspace, workspace_size,
+                  false);
+}
+
+QKV_API qkv_status qkv_attention_explain(const qkv_attention_desc* desc,
+                                         const float* q, const void* k,
+                                         const void* v, const float* out,
+                                         const float* weights,
+                                         const float* lse,
+                                         const void* workspace,
+                                         size_t workspace_size, char* message,
+                                         size_t message_size) {
   qkv::Plan plan;
-  qkv_status st = qkv::MakePlan(desc, &plan);
-  if (st == QKV_ERR_INVALID_ARGUMENT) return st;
-  // Past here the sizes in plan.problem are valid even when st says the
-  // request is unsupported: every invalid argument is reported first.
-  qkv::Problem& p = plan.problem;
-  p.q = q;
-  p.k = k;
-  p.v = v;
-  p.out = out;
-  p.weights = weights;
-  p.lse = lse;
-  if (!qkv::BuffersValid(p, workspace, workspace_size)) {
-    return QKV_ERR_INVALID_ARGUMENT;
-  }
-  if (st != QKV_OK) return st;
-  if (workspace_size < plan.workspace) return QKV_ERR_WORKSPACE_TOO_SMALL;
-  unsigned char* base = nullptr;
-  if (plan.workspace != 0) {
-    const uintptr_t at = reinterpret_cast<uintptr_t>(workspace);
-    const uintptr_t aligned =
-        (at + qkv::kWorkspaceAlign - 1) & ~(uintptr_t{qkv::kWorkspaceAlign} - 1);
-    base = static_cast<unsigned char*>(workspace) + (aligned - at);
-  }
-  unsigned char* workers_base = base ? base + plan.shared : nullptr;
-  if (plan.engine->prepare != nullptr) plan.engine->prepare(p, base);
-  const size_t tasks = plan.engine->num_tasks(p);
-  // One task is run inline: waking a pool costs more than a small call.
-  if (plan.parallel_for == nullptr || tasks <= 1) {
-    for (size_t t = 0; t < tasks; ++t) {
-      plan.engine->run_task(p, t, base, workers_base);
-    }
-  } else {
-    qkv::RunPooled(plan, tasks, base, workers_base);
-  }
-  return QKV_OK;
+  qkv::Why why;
+  memset(&why, 0, sizeof(why));
+  const qkv_status st = qkv::Prepare(
+      desc, q, k, v, const_cast<float*>(out), const_cast<float*>(weights),
+      const_cast<float*>(lse), const_cast<void*>(workspace), workspace_size,
+      false, &plan, &why);
+  qkv::Describe(why, st, message, message_size);
+  return st;
 }
 
 }  // extern "C"

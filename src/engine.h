@@ -11,8 +11,10 @@
 
 namespace qkv {
 
-// A validated attention call. Sizes are positive and every element count
-// fits in int64 and size_t; q_len and kv_len fit in int32.
+// A validated attention call. Sizes are positive (calls with an empty
+// shape never reach an engine) and every element count and every offset
+// the strides reach fits in int64 and size_t; q_len and kv_len fit in
+// int32.
 struct Problem {
   int64_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, value_dim;
   int64_t group;  // q_heads / kv_heads
@@ -27,6 +29,20 @@ struct Problem {
   const float *w_q, *w_k, *w_v;
   const float *q, *k, *v;
   float *out, *weights, *lse;  // weights and lse may be NULL
+  // Layouts, in elements: element (b, h, t, c) of q is at
+  // q + b * q_sb + h * q_sh + t * q_st + c, and so on. The boundary fills
+  // them for dense calls too.
+  int64_t q_sb, q_sh, q_st, k_sb, k_sh, k_st, v_sb, v_sh, v_st;
+  int64_t out_sb, out_sh, out_st;
+  // Positions: query i of batch b is at q_pos[b] + i, or at
+  // kv_len - q_len + i when q_pos is NULL.
+  const int32_t* q_pos;
+  bool window;                        // QKV_MASK_WINDOW
+  int64_t window_left, window_right;  // < 0: unbounded
+  const int32_t* kv_start;            // NULL unless QKV_MASK_KV_START
+  const float* alibi_slopes;          // NULL: no ALiBi
+  float softcap;                      // 0: off
+  const float* sinks;                 // NULL: no sinks
 };
 
 // Workspace slices handed to run_task start 64-byte aligned.

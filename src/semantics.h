@@ -3,13 +3,16 @@
 // src/pipeline/flash-inl.h), so that a new mask or score variant is defined
 // once here and the engines differ only in how they compute it.
 //
-//   score  s_j = epilogue(a(q, k_j))  (the score kind's factor, then bias;
-//                                      a -inf bias hides the key)
-//   keys   row (b, h, i) sees keys j in [lo, hi) (RowKeys), the bias may
+//   score  s_j = epilogue(a(q, k_j))  (the score kind's factor, then
+//                                      softcap, bias, ALiBi; a -inf bias
+//                                      hides the key)
+//   keys   row (b, h, i) at position QueryPos sees keys j in [lo, hi)
+//          (RowKeys: causal, window, valid lengths, kv_start), the bias may
 //          hide more inside that interval
-//   finish m = max_j s_j, l = sum_j exp(s_j - m):
-//          out = sum_j exp(s_j - m) v_j / l, lse = m + log(l); a row with no
-//          visible key (l = 0) gets out 0, weights 0 and lse -inf.
+//   finish m = max_j s_j, l = sum_j exp(s_j - m), then the head's sink:
+//          out = sum_j exp(s_j - m) v_j * scale, lse = m' + log(l')
+//          (FinishRow); a row with no visible key gets out 0, weights 0 and
+//          lse -inf, or its sink.
 //
 // ISA safety: this header is compiled into objects built for different
 // instruction sets (the per-target SIMD engines). Everything here has
@@ -27,28 +30,71 @@
 namespace qkv {
 namespace {  // NOLINT(build/namespaces): internal linkage, see above
 
-// The keys a row may see before bias: [lo, hi), 0 <= lo <= hi <= kv_len.
+// The keys a row may see before bias: [lo, hi), 0 <= lo <= hi <= kv_len;
+// a row that sees nothing has lo = hi = 0.
 struct KeyInterval {
   int64_t lo, hi;
 };
 
-// Row i of batch b (any query head: the masks do not depend on it). Causal
-// is aligned to the end of the keys (query i has position
-// i + kv_len - q_len); valid lengths cut the suffix from position valid_len.
+// Where rows live (the boundary fills the strides for dense calls too):
+// query i of (batch b, head h), its output row, and the first key and value
+// row of (batch b, kv head kvh), whose row j is j * k_st (v_st) further.
+inline const float* QueryRow(const Problem& p, int64_t b, int64_t h,
+                             int64_t i) {
+  return p.q + b * p.q_sb + h * p.q_sh + i * p.q_st;
+}
+
+inline float* OutRow(const Problem& p, int64_t b, int64_t h, int64_t i) {
+  return p.out + b * p.out_sb + h * p.out_sh + i * p.out_st;
+}
+
+inline const float* KeysOf(const Problem& p, int64_t b, int64_t kvh) {
+  return p.k + b * p.k_sb + kvh * p.k_sh;
+}
+
+inline const float* ValuesOf(const Problem& p, int64_t b, int64_t kvh) {
+  return p.v + b * p.v_sb + kvh * p.v_sh;
+}
+
+// The position of query i of batch b: q_pos[b] + i, or i + kv_len - q_len
+// (the last query is at the last key). Causal, window and ALiBi use it.
+inline int64_t QueryPos(const Problem& p, int64_t b, int64_t i) {
+  return p.q_pos != nullptr ? int64_t{p.q_pos[b]} + i
+                            : i + p.kv_len - p.q_len;
+}
+
+// Row i of batch b (any query head: the masks do not depend on it), at
+// position pos = QueryPos(p, b, i): causal keeps keys j <= pos, the window
+// pos - left <= j <= pos + right, valid lengths cut the suffix from the
+// valid length, kv_start the prefix before it. The boundary bounds the
+// window sides (|side| < 2^40), so nothing here overflows.
 inline KeyInterval RowKeys(const Problem& p, int64_t b, int64_t i) {
-  int64_t hi = p.kv_len;
-  if (p.causal) {
-    const int64_t c = i + p.kv_len - p.q_len + 1;
-    hi = c < hi ? c : hi;
+  int64_t lo = 0, hi = p.kv_len;
+  if (p.causal || p.window) {
+    const int64_t pos = QueryPos(p, b, i);
+    if (p.causal && pos + 1 < hi) hi = pos + 1;
+    if (p.window) {
+      if (p.window_left >= 0 && pos - p.window_left > lo) {
+        lo = pos - p.window_left;
+      }
+      if (p.window_right >= 0 && pos + p.window_right + 1 < hi) {
+        hi = pos + p.window_right + 1;
+      }
+    }
   }
   if (p.valid_lens != nullptr) {
     const int64_t vl =
         p.valid_lens[p.valid_lens_per_query ? b * p.q_len + i : b];
     hi = vl < hi ? vl : hi;
   }
+  if (p.kv_start != nullptr && p.kv_start[b] > lo) lo = p.kv_start[b];
   KeyInterval k;
-  k.lo = 0;
-  k.hi = hi < 0 ? 0 : hi;
+  if (lo >= hi) {
+    k.lo = k.hi = 0;
+  } else {
+    k.lo = lo;
+    k.hi = hi;
+  }
   return k;
 }
 
@@ -56,7 +102,8 @@ inline KeyInterval RowKeys(const Problem& p, int64_t b, int64_t i) {
 // depend on the row): then RowKeys(p, 0, 0) serves them all. Keep in step
 // with RowKeys when a mask is added.
 inline bool RowsShareKeys(const Problem& p) {
-  return !p.causal && p.valid_lens == nullptr;
+  return !p.causal && !p.window && p.valid_lens == nullptr &&
+         p.kv_start == nullptr;
 }
 
 // Bias row for (batch b, query head h, query i), or NULL without a bias.
@@ -74,29 +121,77 @@ inline float ScoreFactor(const Problem& p) {
   return p.scale;
 }
 
+// The score epilogue, in this order, for key j of a row of head h at
+// position pos:
+//   softcap  s = c * tanh(s / c) when c = p.softcap > 0 (Gemma 2)
+//   bias     s = s + bias, or -inf when the bias is -inf (WithBias)
+//   ALiBi    s = s - slope_h * |pos - j|
+//   masks    -inf outside the row's KeyInterval
+// SIMD paths compute the same terms vector-wise (tanh to a few ulp).
+inline float Softcap(float s, float cap) { return cap * tanhf(s / cap); }
+
 // A score plus its bias: a -inf bias hides the key whatever the score (even
 // NaN from a key with NaN in it).
 inline float WithBias(float s, float bias) {
   return bias == -INFINITY ? -INFINITY : s + bias;
 }
 
-// How a row's results follow from its running max m and sum l.
+// ALiBi's slope for query head h (0 without ALiBi) and its distance term.
+inline float AlibiSlope(const Problem& p, int64_t h) {
+  return p.alibi_slopes != nullptr ? p.alibi_slopes[h] : 0.0f;
+}
+
+inline float WithAlibi(float s, float slope, int64_t pos, int64_t j) {
+  const int64_t dist = pos > j ? pos - j : j - pos;
+  return s - slope * static_cast<float>(dist);
+}
+
+// The sink logit of head h, or -inf (none).
+inline float RowSink(const Problem& p, int64_t h) {
+  return p.sinks != nullptr ? p.sinks[h] : -INFINITY;
+}
+
+// How a row's results follow from its running max m and sum l over the
+// visible keys (l = sum_j exp(s_j - m)) and the head's sink:
+//   m' = max(m, sink), l' = l exp(m - m') + exp(sink - m')
+//   out = (sum_j exp(s_j - m) v_j) * scale, scale = exp(m - m') / l'
+//   weights_j = exp(s_j - m') * inv_l, inv_l = 1 / l'
+//   lse = m' + log(l')
+// Without a sink (-inf) m' = m, l' = l and scale = inv_l = 1 / l. A row
+// with no visible key (l = 0) gets out 0, weights 0 and lse -inf, or the
+// sink.
 struct RowFinish {
-  bool seen;    // some key was visible (l > 0)
-  float inv_l;  // 1 / l, or 0
+  bool seen;    // l' > 0: a visible key or a sink
+  float m, l;   // m', l'
+  float scale;  // applied to the unnormalized output
+  float inv_l;  // applied to exp(s_j - m') for the weights
 };
 
-inline RowFinish FinishRow(float l) {
+inline RowFinish FinishRow(float m, float l, float sink) {
   RowFinish f;
-  f.seen = l > 0.0f;
-  f.inv_l = f.seen ? 1.0f / l : 0.0f;
+  if (sink == -INFINITY) {
+    f.seen = l > 0.0f;
+    f.m = m;
+    f.l = l;
+    f.inv_l = f.seen ? 1.0f / l : 0.0f;
+    f.scale = f.inv_l;
+    return f;
+  }
+  const float m2 = m > sink ? m : sink;
+  const float a = l > 0.0f ? expf(m - m2) : 0.0f;
+  f.seen = true;
+  f.m = m2;
+  f.l = l * a + expf(sink - m2);
+  f.inv_l = 1.0f / f.l;
+  f.scale = a * f.inv_l;
   return f;
 }
 
-// The row's log-sum-exp: m + log(l), or -inf when it saw no key. Computed
-// only when the caller asked for lse (a logf per row).
-inline float RowLse(float m, float l) {
-  return l > 0.0f ? m + logf(l) : -INFINITY;
+// The row's log-sum-exp from FinishRow's m' and l': m' + log(l'), or -inf
+// when it saw no key and has no sink. Computed only when the caller asked
+// for lse (a logf per row).
+inline float RowLse(const RowFinish& f) {
+  return f.l > 0.0f ? f.m + logf(f.l) : -INFINITY;
 }
 
 }  // namespace

@@ -49,10 +49,16 @@ inline int64_t ScoreDim(const Problem& p) {
   return p.score == QKV_SCORE_ADDITIVE ? p.additive_hidden : p.head_dim;
 }
 
-// What the score kernels of one (batch, kv head) read.
+// The K/V block source of one (batch, kv head): what the score and output
+// kernels read. Rows are strided (token-major caches, spare capacity), the
+// element type f32.
 struct Operands {
-  const float* q;  // query rows (flat row index * dim), not yet scaled
-  const float* k;  // the kv head's keys, kv_len rows of dim
+  const float* q;  // queries, not yet scaled: (b, h, i) at
+  int64_t q_sb, q_sh, q_st;  //   q + b * q_sb + h * q_sh + i * q_st
+  const float* k;  // the kv head's keys: key j at k + j * k_st
+  int64_t k_st;
+  const float* v;  // the kv head's values: value j at v + j * v_st
+  int64_t v_st;
   int64_t dim;     // head_dim, or additive_hidden for kAdditive
   float q_scale;   // applied when packing queries (kDot folds scale in here)
   float finish;    // applied to finished scores (kGaussian: -scale,
@@ -79,17 +85,28 @@ inline size_t ProjectionBytes(const Problem& p) {
 inline Operands OperandsFor(const Problem& p, const unsigned char* shared,
                             int64_t b, int64_t kvh) {
   Operands o;
+  o.v = ValuesOf(p, b, kvh);
+  o.v_st = p.v_st;
   if (p.score == QKV_SCORE_ADDITIVE) {
     const float* keys = reinterpret_cast<const float*>(shared);
+    const int64_t hidden = p.additive_hidden;
     o.q = reinterpret_cast<const float*>(shared + ProjectedKeysBytes(p));
-    o.k = keys + (b * p.kv_heads + kvh) * p.kv_len * p.additive_hidden;
-    o.dim = p.additive_hidden;
+    o.q_st = hidden;
+    o.q_sh = p.q_len * hidden;
+    o.q_sb = p.q_heads * o.q_sh;
+    o.k = keys + (b * p.kv_heads + kvh) * p.kv_len * hidden;
+    o.k_st = hidden;
+    o.dim = hidden;
     o.q_scale = 1.0f;
     o.finish = 1.0f;
     o.kind = kAdditive;
   } else {
     o.q = p.q;
-    o.k = p.k + (b * p.kv_heads + kvh) * p.kv_len * p.head_dim;
+    o.q_sb = p.q_sb;
+    o.q_sh = p.q_sh;
+    o.q_st = p.q_st;
+    o.k = KeysOf(p, b, kvh);
+    o.k_st = p.k_st;
     o.dim = p.head_dim;
     if (p.score == QKV_SCORE_GAUSSIAN) {
       o.q_scale = 1.0f;
@@ -107,6 +124,12 @@ inline Operands OperandsFor(const Problem& p, const unsigned char* shared,
     }
   }
   return o;
+}
+
+// Query i of (batch b, head h) as the score kernels read it.
+inline const float* QueryOf(const Operands& op, int64_t b, int64_t h,
+                            int64_t i) {
+  return op.q + b * op.q_sb + h * op.q_sh + i * op.q_st;
 }
 
 // ---------------------------------------------------------------- tasks
@@ -256,28 +279,48 @@ inline bool PrefetchesKv(const Problem& p) {
              (floats_per_key > 0 ? floats_per_key : 1);
 }
 
-// Prefetches a range of floats a cache line at a time, spread over `steps`
-// calls of Step(). An empty range (or on = false) makes Step() a no-op.
+// Prefetches `rows` rows of `row_floats` floats, `stride` floats apart, a
+// cache line at a time, spread over `steps` calls of Step(). Nothing to do
+// (or on = false) makes Step() a no-op.
 class PrefetchStream {
  public:
-  PrefetchStream(bool on, const float* begin, int64_t floats, int64_t steps)
+  PrefetchStream(bool on, const float* begin, int64_t rows,
+                 int64_t row_floats, int64_t stride, int64_t steps)
       : at_(reinterpret_cast<const char*>(begin)),
-        left_(on && floats > 0 && steps > 0
-                  ? (floats * static_cast<int64_t>(sizeof(float)) + 63) / 64
-                  : 0),
-        per_step_(steps > 0 ? (left_ + steps - 1) / steps : 0) {}
+        line_(0),
+        row_lines_(0),
+        stride_bytes_(stride * static_cast<int64_t>(sizeof(float))),
+        left_(0),
+        per_step_(0) {
+    if (!on || rows <= 0 || row_floats <= 0 || steps <= 0) return;
+    if (stride == row_floats) {  // contiguous: one long row
+      row_floats *= rows;
+      rows = 1;
+    }
+    row_lines_ = (row_floats * static_cast<int64_t>(sizeof(float)) + 63) / 64;
+    left_ = row_lines_ * rows;
+    per_step_ = (left_ + steps - 1) / steps;
+  }
 
   void Step() {
     const int64_t n = left_ < per_step_ ? left_ : per_step_;
-    for (int64_t i = 0; i < n; ++i) __builtin_prefetch(at_ + i * 64, 0, 3);
-    at_ += n * 64;
+    for (int64_t i = 0; i < n; ++i) {
+      __builtin_prefetch(at_ + line_ * 64, 0, 3);
+      if (++line_ == row_lines_) {
+        line_ = 0;
+        at_ += stride_bytes_;
+      }
+    }
     left_ -= n;
   }
 
  private:
-  const char* at_;
-  int64_t left_;      // lines still to prefetch
-  int64_t per_step_;  // lines per Step()
+  const char* at_;        // the current row
+  int64_t line_;          // next line within it
+  int64_t row_lines_;     // lines per row
+  int64_t stride_bytes_;  // from row to row
+  int64_t left_;          // lines still to prefetch
+  int64_t per_step_;      // lines per Step()
 };
 
 // The prefetches that go with key block [j0, j0 + nb) of keys that stop at
@@ -285,12 +328,11 @@ class PrefetchStream {
 // block's K rows, spread over k_steps calls (none past `stop`).
 struct BlockPrefetch {
   PrefetchStream v, k;
-  BlockPrefetch(bool on, const float* k_rows, int64_t d, const float* v_rows,
-                int64_t dv, int64_t j0, int64_t nb, int64_t stop,
-                int64_t v_steps, int64_t k_steps)
-      : v(on, v_rows + j0 * dv, nb * dv, v_steps),
-        k(on, k_rows + (j0 + nb) * d, NextBlockKeys(j0 + nb, stop) * d,
-          k_steps) {}
+  BlockPrefetch(bool on, const Operands& op, int64_t dv, int64_t j0,
+                int64_t nb, int64_t stop, int64_t v_steps, int64_t k_steps)
+      : v(on, op.v + j0 * op.v_st, nb, dv, op.v_st, v_steps),
+        k(on, op.k + (j0 + nb) * op.k_st, NextBlockKeys(j0 + nb, stop),
+          op.dim, op.k_st, k_steps) {}
 
  private:
   static int64_t NextBlockKeys(int64_t next, int64_t stop) {
@@ -313,8 +355,14 @@ struct Tile {
   int32_t* hi;         // [R] end of the visible keys (lo = hi = 0: padding)
   float* rel_lo;       // [R] lo and hi relative to the current block,
   float* rel_hi;       // [R] clamped to [0, kBlockKeys]: exact in float
-  int64_t* row;        // [R] flat row index into q, out, weights, lse
+  int64_t* row;        // [R] flat row index into weights and lse
   const float** bias;  // [R] bias row or NULL
+  const float** q;     // [R] the row's query (scores' operand)
+  float** out;         // [R] the row's output
+  int64_t* pos;        // [R] the row's position (QueryPos)
+  float* neg_slope;    // [R] -ALiBi slope of the row's head (0: none)
+  float* rel_pos;      // [R] pos relative to the current block (ALiBi)
+  float* sink;         // [R] the row's sink, or -inf
   // Row path: keys in lanes.
   float* q_rows;  // [kRowPathMaxRows][dim] pre-scaled queries
   float* o_rows;  // [kRowPathMaxRows][value_dim] unnormalized output
@@ -383,6 +431,12 @@ inline size_t LayoutTile(const Problem& p, size_t lanes, unsigned char* base,
   unsigned char* rel_hi = take(r * 4);
   unsigned char* row = take(r * 8);
   unsigned char* bias = take(r * sizeof(const float*));
+  unsigned char* q_ptr = take(r * sizeof(const float*));
+  unsigned char* out_ptr = take(r * sizeof(float*));
+  unsigned char* pos = take(r * 8);
+  unsigned char* neg_slope = take(r * 4);
+  unsigned char* rel_pos = take(r * 4);
+  unsigned char* sink = take(r * 4);
   unsigned char* q_rows = take(kRowPathMaxRows * dim * 4);
   unsigned char* o_rows = take(kRowPathMaxRows * dv * 4);
   unsigned char* s_row = take((kBlockKeys + lanes) * 4);
@@ -400,6 +454,12 @@ inline size_t LayoutTile(const Problem& p, size_t lanes, unsigned char* base,
     tile->rel_hi = reinterpret_cast<float*>(rel_hi);
     tile->row = reinterpret_cast<int64_t*>(row);
     tile->bias = reinterpret_cast<const float**>(bias);
+    tile->q = reinterpret_cast<const float**>(q_ptr);
+    tile->out = reinterpret_cast<float**>(out_ptr);
+    tile->pos = reinterpret_cast<int64_t*>(pos);
+    tile->neg_slope = reinterpret_cast<float*>(neg_slope);
+    tile->rel_pos = reinterpret_cast<float*>(rel_pos);
+    tile->sink = reinterpret_cast<float*>(sink);
     tile->q_rows = reinterpret_cast<float*>(q_rows);
     tile->o_rows = reinterpret_cast<float*>(o_rows);
     tile->s_row = reinterpret_cast<float*>(s_row);
@@ -460,27 +520,42 @@ inline RowsSpan EmptySpan(const Problem& p) {
   return s;
 }
 
-// Tile path: row index, key interval and bias row of each of the R lanes
-// (lanes >= rows are padding: an empty interval, never written out), the
-// span of the real rows' intervals, and the transposed output zeroed.
-inline RowsSpan SetUpTileRows(const Problem& p, int64_t b, int64_t kvh,
-                              int64_t r0, int64_t rows, size_t R,
+// Row r of a task: its indices, key interval, bias row, query, output,
+// position, ALiBi slope and sink, from the walker's (h, i).
+inline KeyInterval SetUpRow(const Problem& p, const Operands& op, int64_t b,
+                            const RowWalker& at, size_t r, const Tile& tile) {
+  const KeyInterval keys = RowKeys(p, b, at.i);
+  tile.row[r] = at.Row(p, b);
+  tile.lo[r] = static_cast<int32_t>(keys.lo);
+  tile.hi[r] = static_cast<int32_t>(keys.hi);
+  tile.bias[r] = BiasRow(p, b, at.h, at.i);
+  tile.q[r] = QueryOf(op, b, at.h, at.i);
+  tile.out[r] = OutRow(p, b, at.h, at.i);
+  tile.pos[r] = QueryPos(p, b, at.i);
+  tile.neg_slope[r] = -AlibiSlope(p, at.h);
+  tile.sink[r] = RowSink(p, at.h);
+  return keys;
+}
+
+// Tile path: every lane's row (lanes >= rows are padding: an empty
+// interval, no slope, never written out), the span of the real rows'
+// intervals, and the transposed output zeroed.
+inline RowsSpan SetUpTileRows(const Problem& p, const Operands& op, int64_t b,
+                              int64_t kvh, int64_t r0, int64_t rows, size_t R,
                               const Tile& tile) {
   RowsSpan span = EmptySpan(p);
   RowWalker at(p, kvh, r0);
   for (size_t r = 0; r < R; ++r) {
     if (static_cast<int64_t>(r) < rows) {
-      const KeyInterval keys = RowKeys(p, b, at.i);
-      tile.row[r] = at.Row(p, b);
-      tile.lo[r] = static_cast<int32_t>(keys.lo);
-      tile.hi[r] = static_cast<int32_t>(keys.hi);
-      tile.bias[r] = BiasRow(p, b, at.h, at.i);
+      span.Add(SetUpRow(p, op, b, at, r, tile));
       at.Next(p);
-      span.Add(keys);
     } else {
       tile.lo[r] = 0;
       tile.hi[r] = 0;
       tile.bias[r] = nullptr;
+      tile.pos[r] = 0;
+      tile.neg_slope[r] = 0.0f;
+      tile.sink[r] = -INFINITY;
     }
   }
   if (span.begin > span.end) span.begin = span.end;
@@ -503,6 +578,13 @@ inline void RelativeIntervals(const Tile& tile, size_t R, int64_t j0) {
   }
 }
 
+// The tile's positions relative to block j0, for ALiBi's |pos - j|.
+inline void RelativePositions(const Tile& tile, size_t R, int64_t j0) {
+  for (size_t r = 0; r < R; ++r) {
+    tile.rel_pos[r] = static_cast<float>(tile.pos[r] - j0);
+  }
+}
+
 // qt[t][r] = q_row(r)[t] * q_scale, zero for padding lanes (scalar; SIMD
 // engines transpose full tiles with gathers instead).
 inline void PackQueriesScalar(const Operands& op, int64_t rows, size_t R,
@@ -510,7 +592,7 @@ inline void PackQueriesScalar(const Operands& op, int64_t rows, size_t R,
   const int64_t d = op.dim;
   for (size_t r = 0; r < R; ++r) {
     if (static_cast<int64_t>(r) < rows) {
-      const float* q = op.q + tile.row[r] * d;
+      const float* q = tile.q[r];
       for (int64_t t = 0; t < d; ++t) tile.qt[t * R + r] = q[t] * op.q_scale;
     } else {
       for (int64_t t = 0; t < d; ++t) tile.qt[t * R + r] = 0.0f;
@@ -526,16 +608,11 @@ inline RowsSpan SetUpRowPath(const Problem& p, const Operands& op, int64_t b,
   RowsSpan span = EmptySpan(p);
   RowWalker at(p, kvh);
   for (int64_t r = 0; r < rows; ++r) {
-    tile.row[r] = at.Row(p, b);
-    const KeyInterval keys = RowKeys(p, b, at.i);
-    tile.lo[r] = static_cast<int32_t>(keys.lo);
-    tile.hi[r] = static_cast<int32_t>(keys.hi);
-    tile.bias[r] = BiasRow(p, b, at.h, at.i);
+    span.Add(SetUpRow(p, op, b, at, static_cast<size_t>(r), tile));
     at.Next(p);
     tile.m[r] = -INFINITY;
     tile.sum[r] = 0.0f;
-    span.Add(keys);
-    const float* q = op.q + tile.row[r] * d;
+    const float* q = tile.q[r];
     for (int64_t t = 0; t < d; ++t) tile.q_rows[r * d + t] = q[t] * op.q_scale;
     for (int64_t c = 0; c < dv; ++c) tile.o_rows[r * dv + c] = 0.0f;
   }

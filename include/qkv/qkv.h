@@ -39,7 +39,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define QKV_VERSION_MAJOR 0
-#define QKV_VERSION_MINOR 1
+#define QKV_VERSION_MINOR 2
 #define QKV_VERSION_PATCH 0
 
 /* (MAJOR << 16) | (MINOR << 8) | PATCH of the linked library. */
@@ -72,8 +72,13 @@ enum {
   QKV_MASK_NONE = 0,
   QKV_MASK_CAUSAL = 1,     /* query i sees key j iff j <= i + kv_len - q_len */
   QKV_MASK_VALID_LENS = 2, /* query sees key j iff j < valid length */
-  QKV_MASK_BIAS = 4        /* bias is added to the scores; -INFINITY hides */
+  QKV_MASK_BIAS = 4,       /* bias is added to the scores; -INFINITY hides */
+  /* added in 0.2 (fields at the end of qkv_attention_desc): */
+  QKV_MASK_WINDOW = 8,     /* p - window_left <= j <= p + window_right */
+  QKV_MASK_KV_START = 16   /* query sees key j iff j >= kv_start[batch] */
 };
+/* p above is the query's position (desc.q_pos): with causal, query p sees
+ * key j iff j <= p; by default p = kv_len - q_len + i for query i. */
 
 /* Runs task `task` of a call on worker `worker` (< num_workers). */
 typedef void (*qkv_task_fn)(void *arg, size_t task, size_t worker);
@@ -83,6 +88,20 @@ typedef void (*qkv_task_fn)(void *arg, size_t task, size_t worker);
  * (not at all when the call has a single task: that runs inline). */
 typedef void (*qkv_parallel_for_fn)(void *ctx, size_t num_tasks, qkv_task_fn fn,
                                     void *arg);
+
+/* Element type of a K/V cache (added in 0.2). */
+typedef enum qkv_dtype {
+  QKV_DTYPE_F32 = 0,
+  QKV_DTYPE_F16 = 1,
+  QKV_DTYPE_BF16 = 2,
+  QKV_DTYPE_I8 = 3
+} qkv_dtype;
+
+/* Strides of a [batch][head][token][dim] tensor, in elements; dim is
+ * contiguous (added in 0.2). */
+typedef struct qkv_strides {
+  int64_t batch, head, token;
+} qkv_strides;
 
 typedef struct qkv_attention_desc {
   size_t struct_size; /* sizeof as the caller compiled it; set by _init */
@@ -113,6 +132,52 @@ typedef struct qkv_attention_desc {
    * names qkv_backend_name() lists, e.g. "reference" or "highway:AVX2";
    * a name this build or CPU cannot run gives QKV_ERR_UNSUPPORTED. */
   const char *backend;
+
+  /* ---- added in 0.2: variants and layouts. _init zeroes them, and so
+   * does a shorter struct_size: f32, dense, no window, no ALiBi, no
+   * softcap, default positions, no sinks. ---- */
+  /* Element type of k and v (qkv_attention). Only QKV_DTYPE_F32 is served
+   * in 0.2; the others are valid requests that return QKV_ERR_UNSUPPORTED. */
+  qkv_dtype kv_dtype;
+  /* Per-row scales of quantized K and V; not read for F32. */
+  const float *k_scales, *v_scales;
+  /* Layouts, in elements (of kv_dtype for k and v): element (b, h, t, c)
+   * of q, k, v or out is at b * batch + h * head + t * token + c. All
+   * three 0: dense, as documented at qkv_attention_f32. Otherwise all
+   * three are used as given: 0 broadcasts (one cache for the whole batch);
+   * a non-zero stride of q, k or v smaller than head_dim (value_dim for v)
+   * is invalid. out's strides must nest (sorted, each at least the extent
+   * of the smaller ones), so no two output elements share memory. weights,
+   * lse and bias stay dense. Token-major [batch][seq][heads][dim]:
+   * {seq * heads * dim, dim, heads * dim}; a cache with capacity C puts C
+   * in place of seq. */
+  qkv_strides q_strides, k_strides, v_strides, out_strides;
+  qkv_strides k_scale_strides, v_scale_strides; /* not read for F32 */
+  /* QKV_MASK_WINDOW: query at position p sees key j iff
+   * p - window_left <= j <= p + window_right; a negative value leaves that
+   * side unbounded. Mistral's 4096 window: {4095, 0} (or {4095, -1} with
+   * QKV_MASK_CAUSAL). */
+  int64_t window_left, window_right;
+  /* NULL or [q_heads], finite: adds -alibi_slopes[h] * |p - j| to the
+   * score of query head h at position p for key j (after softcap and bias). */
+  const float *alibi_slopes;
+  /* 0: off. > 0: the score a(q, k) becomes softcap * tanh(a / softcap)
+   * before bias and ALiBi (Gemma 2). Negative, NaN or inf: invalid. */
+  float softcap;
+  /* NULL or [batch]: query i of batch b has position q_pos[b] + i (any
+   * int32, negative and past kv_len included). NULL: kv_len - q_len + i.
+   * A ragged batch: valid_lens[b] with q_pos[b] = valid_lens[b] - q_len. */
+  const int32_t *q_pos;
+  /* NULL or [q_heads] (gpt-oss): a logit in every softmax denominator of
+   * head h that carries no value: weights_j = exp(s_j) / (exp(sinks[h]) +
+   * sum over visible keys of exp(s)); lse includes it; a row that sees no
+   * key gets out 0, weights 0 and lse = sinks[h]. Finite or -INFINITY (no
+   * sink for that head); NaN or +inf: invalid. */
+  const float *sinks;
+  /* QKV_MASK_KV_START: [batch], each in [0, kv_len]: keys before
+   * kv_start[b] are padding (a left-padded batch), hidden from every query
+   * and head of batch b. Costs nothing: it narrows the keys a row visits. */
+  const int32_t *kv_start;
 } qkv_attention_desc;
 
 /* Fills every field: struct_size = sizeof(qkv_attention_desc), the sizes,
@@ -129,25 +194,55 @@ QKV_API void qkv_attention_desc_init(qkv_attention_desc *desc, int64_t batch,
  * itself then reports why). */
 QKV_API size_t qkv_attention_workspace_size(const qkv_attention_desc *desc);
 
-/* Attention in f32. Layouts are dense row-major:
+/* Attention in f32. Layouts are dense row-major unless desc's strides say
+ * otherwise (q, k, v, out; see qkv_strides):
  *   q   [batch][q_heads][q_len][head_dim]
  *   k   [batch][kv_heads][kv_len][head_dim]
  *   v   [batch][kv_heads][kv_len][value_dim]
  *   out [batch][q_heads][q_len][value_dim]
  *   weights (optional, NULL to skip) [batch][q_heads][q_len][kv_len]
  *   lse     (optional, NULL to skip) [batch][q_heads][q_len]: natural log of
- *           the sum of exp of the visible scores; -INFINITY for a row that
- *           sees no key (its out and weights are zeros).
- * Outputs must not overlap the inputs, each other or the workspace. The
- * workspace needs no alignment. On any status but QKV_OK nothing is written
- * to out, weights or lse. Accuracy: out within 5e-5 * max|v| and weights
- * within 2e-5 of the exact result. Output is bitwise identical for every
- * num_workers and schedule, and with parallel_for NULL. */
+ *           the sum of exp of the visible scores (and the sink); -INFINITY
+ *           for a row that sees no key and has no sink (its out and weights
+ *           are zeros).
+ * batch, q_len and kv_len may be 0: batch or q_len 0 is nothing to do (OK,
+ * pointers not read); kv_len 0 gives every row out 0 and lse -INFINITY (or
+ * its sink), k and v not read. Outputs must not overlap the inputs, each
+ * other or the workspace (compared as the address ranges their strides
+ * span); inputs may overlap themselves and each other. The workspace needs
+ * no alignment. On any status but QKV_OK nothing is written to out, weights
+ * or lse, and qkv_attention_explain says why. Accuracy: out within
+ * 5e-5 * max|v| and weights within 2e-5 of the exact result. Output is
+ * bitwise identical for every num_workers and schedule, and with
+ * parallel_for NULL. Requires desc->kv_dtype == QKV_DTYPE_F32. */
 QKV_API qkv_status qkv_attention_f32(const qkv_attention_desc *desc,
                                      const float *q, const float *k,
                                      const float *v, float *out, float *weights,
                                      float *lse, void *workspace,
                                      size_t workspace_size);
+
+/* The general entry (added in 0.2): k and v are arrays of desc->kv_dtype
+ * elements (strides in those elements). Otherwise qkv_attention_f32. */
+QKV_API qkv_status qkv_attention(const qkv_attention_desc *desc,
+                                 const float *q, const void *k, const void *v,
+                                 float *out, float *weights, float *lse,
+                                 void *workspace, size_t workspace_size);
+
+/* What qkv_attention would return for these arguments, without computing
+ * or writing any output (added in 0.2), and why, as one English sentence
+ * naming the field or argument and its value, e.g.
+ *   "k_strides.token (12) is smaller than head_dim (64)"
+ * written NUL-terminated into message[0, message_size) (cut short to fit;
+ * not written when message is NULL or message_size is 0). QKV_OK writes
+ * "ok". No global state: safe from any thread. */
+QKV_API qkv_status qkv_attention_explain(const qkv_attention_desc *desc,
+                                         const float *q, const void *k,
+                                         const void *v, const float *out,
+                                         const float *weights,
+                                         const float *lse,
+                                         const void *workspace,
+                                         size_t workspace_size, char *message,
+                                         size_t message_size);
 
 /* ------------------------------------------------------------------------ */
 /* Merging partial results (added in 0.1)                                   */

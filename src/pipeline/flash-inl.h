@@ -132,14 +132,15 @@ struct Flash {
   template <int RV, int U, int kKind>
   __attribute__((noinline)) static void ScoreKeys(
       const float* __restrict qt, const float* __restrict k, int64_t d,
-      float finish_scale, const float* __restrict w_v, float* __restrict st) {
+      int64_t ks, float finish_scale, const float* __restrict w_v,
+      float* __restrict st) {
     // The tile's row stride, a constant wherever the vector width is.
     const size_t N = O::Lanes(), R = RV * N;
     const V finish = O::Set(finish_scale);
     constexpr bool kFinish = kKind == kGaussian || kKind == kDotScaled;
     (void)w_v;
 #define QKV_DECL(u)                                          \
-  const float* __restrict k##u = k + (u < U ? u : 0) * d;    \
+  const float* __restrict k##u = k + (u < U ? u : 0) * ks;   \
   V a##u##0 = O::Zero(), a##u##1 = O::Zero();
     QKV_UNROLL8(QKV_DECL)
 #undef QKV_DECL
@@ -173,18 +174,20 @@ struct Flash {
   template <int RV, int kKind>
   static QKV_FLASH_INLINE void ScoresOf(const float* __restrict qt,
                                         size_t R, const float* __restrict k,
-                                        int64_t d, int64_t nb, float finish,
+                                        int64_t d, int64_t ks, int64_t nb,
+                                        float finish,
                                         const float* __restrict w_v,
                                         float* __restrict st,
                                         PrefetchStream* pf) {
     int64_t j = 0;
     for (; j + O::kUnroll <= nb; j += O::kUnroll) {
       pf->Step();
-      ScoreKeys<RV, O::kUnroll, kKind>(qt, k + j * d, d, finish, w_v,
+      ScoreKeys<RV, O::kUnroll, kKind>(qt, k + j * ks, d, ks, finish, w_v,
                                        st + j * R);
     }
     for (; j < nb; ++j) {
-      ScoreKeys<RV, 1, kKind>(qt, k + j * d, d, finish, w_v, st + j * R);
+      ScoreKeys<RV, 1, kKind>(qt, k + j * ks, d, ks, finish, w_v,
+                              st + j * R);
     }
   }
 
@@ -194,34 +197,77 @@ struct Flash {
                      const float* __restrict qt, size_t R,
                      const float* __restrict k, int64_t nb,
                      float* __restrict st, PrefetchStream* pf) {
-    const int64_t d = op.dim;
+    const int64_t d = op.dim, ks = op.k_st;
     switch (op.kind) {
       case kAdditive:
-        return ScoresOf<RV, kAdditive>(qt, R, k, d, nb, 1.0f, w_v, st, pf);
-      case kGaussian:
-        return ScoresOf<RV, kGaussian>(qt, R, k, d, nb, op.finish, w_v, st,
+        return ScoresOf<RV, kAdditive>(qt, R, k, d, ks, nb, 1.0f, w_v, st,
                                        pf);
+      case kGaussian:
+        return ScoresOf<RV, kGaussian>(qt, R, k, d, ks, nb, op.finish, w_v,
+                                       st, pf);
       case kDotScaled:
-        return ScoresOf<RV, kDotScaled>(qt, R, k, d, nb, op.finish, w_v, st,
-                                        pf);
+        return ScoresOf<RV, kDotScaled>(qt, R, k, d, ks, nb, op.finish, w_v,
+                                        st, pf);
       default:
-        return ScoresOf<RV, kDot>(qt, R, k, d, nb, 1.0f, w_v, st, pf);
+        return ScoresOf<RV, kDot>(qt, R, k, d, ks, nb, 1.0f, w_v, st, pf);
     }
   }
 
-  // The block's epilogue, one pass and only where needed: each row's bias,
-  // then its key interval (keys outside [lo, hi) become -inf). `masks`:
-  // some row's interval cuts this block (RowsSpan::Masks).
+  // softcap * tanh(s / softcap), vector-wise (semantics.h's Softcap).
+  static QKV_FLASH_INLINE V Softcapped(V s, V cap, V inv_cap) {
+    return O::Mul(cap, O::Tanh(O::Mul(s, inv_cap)));
+  }
+
+  // |x|.
+  static QKV_FLASH_INLINE V Abs(V x) { return O::Max(x, O::Sub(O::Zero(), x)); }
+
+  // What a block's epilogue has to do beyond the masks.
+  struct EpilogueTerms {
+    float softcap;  // 0: off
+    bool bias;      // some row has a bias row
+    bool alibi;     // ALiBi slopes are set
+  };
+
+  // The block's epilogue, in semantics.h's order and only where needed:
+  // softcap, each row's bias, ALiBi, then the rows' key intervals (keys
+  // outside [lo, hi) become -inf). `masks`: some row's interval cuts this
+  // block (RowsSpan::Masks).
   template <int RV>
-  static QKV_FLASH_INLINE void Epilogue(const Tile& tile, int64_t rows, size_t R, int64_t j0,
-                       int64_t nb, bool bias, bool masks, float* st) {
-    if (bias) {
+  static QKV_FLASH_INLINE void Epilogue(const Tile& tile, int64_t rows,
+                                        size_t R, int64_t j0, int64_t nb,
+                                        const EpilogueTerms& terms,
+                                        bool masks, float* st) {
+    const size_t N = O::Lanes();
+    if (terms.softcap > 0.0f) {
+      const V cap = O::Set(terms.softcap);
+      const V inv_cap = O::Set(1.0f / terms.softcap);
+      for (int64_t j = 0; j < nb; ++j) {
+        float* s = st + j * R;
+        O::Store(Softcapped(O::Load(s), cap, inv_cap), s);
+        if (RV > 1) O::Store(Softcapped(O::Load(s + N), cap, inv_cap), s + N);
+      }
+    }
+    if (terms.bias) {
       for (int64_t r = 0; r < rows; ++r) {
         if (tile.bias[r] != nullptr) AddBias(tile.bias[r], j0, nb, R, st + r);
       }
     }
+    if (terms.alibi) {  // s -= slope * |pos - j|, pos - j0 per lane
+      RelativePositions(tile, R, j0);
+      const V pos0 = O::Load(tile.rel_pos), ns0 = O::Load(tile.neg_slope);
+      const V pos1 = RV > 1 ? O::Load(tile.rel_pos + N) : pos0;
+      const V ns1 = RV > 1 ? O::Load(tile.neg_slope + N) : ns0;
+      for (int64_t j = 0; j < nb; ++j) {
+        const V key = O::Set(static_cast<float>(j));
+        float* s = st + j * R;
+        O::Store(O::MulAdd(ns0, Abs(O::Sub(pos0, key)), O::Load(s)), s);
+        if (RV > 1) {
+          O::Store(O::MulAdd(ns1, Abs(O::Sub(pos1, key)), O::Load(s + N)),
+                   s + N);
+        }
+      }
+    }
     if (!masks) return;
-    const size_t N = O::Lanes();
     RelativeIntervals(tile, R, j0);
     const V neg_inf = O::Set(-INFINITY);
     const V lo0 = O::Load(tile.rel_lo), hi0 = O::Load(tile.rel_hi);
@@ -239,6 +285,31 @@ struct Flash {
     }
   }
 
+  // The same epilogue for one row's scores st[0, nb) of keys [j0, j0 + nb)
+  // (row path: the keys are inside the row's interval, no mask).
+  static void RowEpilogue(const Problem& p, const Tile& tile, int64_t r,
+                          int64_t j0, int64_t nb, float* st) {
+    const int64_t N = static_cast<int64_t>(O::Lanes());
+    const int64_t padded = (nb + N - 1) / N * N;  // st has the room
+    if (p.softcap > 0.0f) {
+      const V cap = O::Set(p.softcap), inv_cap = O::Set(1.0f / p.softcap);
+      for (int64_t j = 0; j < padded; j += N) {
+        O::Store(Softcapped(O::Load(st + j), cap, inv_cap), st + j);
+      }
+    }
+    if (tile.bias[r] != nullptr) AddBias(tile.bias[r], j0, nb, 1, st);
+    if (p.alibi_slopes != nullptr) {
+      const V ns = O::Set(tile.neg_slope[r]);
+      const V pos = O::Set(static_cast<float>(tile.pos[r] - j0));
+      const V lane = O::Load(kLaneIndex);
+      for (int64_t j = 0; j < padded; j += N) {
+        const V key = O::Add(lane, O::Set(static_cast<float>(j)));
+        O::Store(O::MulAdd(ns, Abs(O::Sub(pos, key)), O::Load(st + j)),
+                 st + j);
+      }
+    }
+  }
+
   // ot[c][*] = ot[c][*] * alpha + sum_{j < nb} pt[j][*] * v[j][c] for the U
   // value columns starting at c = 0 of v and ot.
   // kGuard: lanes whose probability is 0 (a hidden key) leave the output
@@ -246,7 +317,7 @@ struct Flash {
   // reaches it (0 * NaN is NaN). Used only in blocks that hide some keys.
   template <int RV, int U, bool kGuard>
   __attribute__((noinline)) static void OutputColumns(
-      const float* __restrict pt, const float* __restrict v, int64_t dv,
+      const float* __restrict pt, const float* __restrict v, int64_t vs,
       int64_t nb, V alpha0, V alpha1, float* __restrict ot) {
     const size_t N = O::Lanes(), R = RV * N;  // constant where N is
     const V zero = O::Zero();
@@ -259,7 +330,7 @@ struct Flash {
     QKV_UNROLL8(QKV_DECL)
 #undef QKV_DECL
     for (int64_t j = 0; j < nb; ++j) {
-      const float* __restrict vj = v + j * dv;
+      const float* __restrict vj = v + j * vs;
       const V p0 = O::Load(pt + j * R);
       const V p1 = RV > 1 ? O::Load(pt + j * R + N) : p0;
       const auto read0 = O::Gt(p0, zero);
@@ -292,16 +363,16 @@ struct Flash {
   template <int RV, bool kGuard>
   static QKV_FLASH_INLINE void AccumulateOutput(const float* __restrict pt, size_t R,
                                const float* __restrict v, int64_t dv,
-                               int64_t nb, V alpha0, V alpha1,
+                               int64_t vs, int64_t nb, V alpha0, V alpha1,
                                float* __restrict ot, PrefetchStream* pf) {
     int64_t c = 0;
     for (; c + O::kUnroll <= dv; c += O::kUnroll) {
       pf->Step();
-      OutputColumns<RV, O::kUnroll, kGuard>(pt, v + c, dv, nb, alpha0,
+      OutputColumns<RV, O::kUnroll, kGuard>(pt, v + c, vs, nb, alpha0,
                                             alpha1, ot + c * R);
     }
     for (; c < dv; ++c) {
-      OutputColumns<RV, 1, kGuard>(pt, v + c, dv, nb, alpha0, alpha1,
+      OutputColumns<RV, 1, kGuard>(pt, v + c, vs, nb, alpha0, alpha1,
                                    ot + c * R);
     }
   }
@@ -380,23 +451,21 @@ struct Flash {
     if (RV > 1) *l1 = O::MulAdd(*l1, *alpha1, O::Add(sum1a, sum1b));
   }
 
-  // qt[t][r] = q_row(r)[t] * q_scale. A full tile's rows are consecutive
-  // rows of q (the group's heads are adjacent): whole N x N blocks by
+  // qt[t][r] = q_row(r)[t] * q_scale. A full tile: whole N x N blocks by
   // in-register transposes where the ops have them, the other columns by
-  // strided gathers; partial tiles (and targets without gathers) by scalar
-  // code.
+  // strided gathers when the rows are equally spaced (dense q: the group's
+  // heads are adjacent), else by scalar code; partial tiles (and targets
+  // without gathers) by scalar code.
   template <int RV>
   static QKV_FLASH_INLINE void PackQueries(const Operands& op, int64_t rows, size_t R,
                           const Tile& tile) {
     const int64_t d = op.dim;
-    if (!O::kGatherTiles || rows != static_cast<int64_t>(R) ||
-        static_cast<int64_t>(R) * d >= (int64_t{1} << 30)) {
+    if (!O::kGatherTiles || rows != static_cast<int64_t>(R)) {
       PackQueriesScalar(op, rows, R, tile);
       return;
     }
     if constexpr (O::kGatherTiles) {
       const size_t N = O::Lanes();
-      const float* q = op.q + tile.row[0] * d;
       const V scale = O::Set(op.q_scale);
       int64_t t = 0;
       if constexpr (O::kTransposeLanes != 0) {
@@ -405,7 +474,7 @@ struct Flash {
         for (; t + static_cast<int64_t>(kN) <= d; t += kN) {
           for (size_t h = 0; h < static_cast<size_t>(RV); ++h) {
             for (size_t i = 0; i < kN; ++i) {
-              blk[i] = O::LoadU(q + (h * kN + i) * d + t);
+              blk[i] = O::LoadU(tile.q[h * kN + i] + t);
             }
             O::Transpose(blk);
             for (size_t i = 0; i < kN; ++i) {
@@ -414,12 +483,27 @@ struct Flash {
           }
         }
       }
-      const int32_t stride = static_cast<int32_t>(d);
+      if (t == d) return;
+      // Equally spaced rows (in floats, within int32): gathers.
+      const int64_t step = tile.q[1] - tile.q[0];
+      bool even = step > 0 && step * static_cast<int64_t>(N) < (int64_t{1} << 30);
+      for (size_t r = 2; even && r < R; ++r) {
+        even = tile.q[r] - tile.q[r - 1] == step;
+      }
+      if (!even) {
+        for (size_t r = 0; r < R; ++r) {
+          for (int64_t u = t; u < d; ++u) {
+            tile.qt[u * R + r] = tile.q[r][u] * op.q_scale;
+          }
+        }
+        return;
+      }
+      const int32_t stride = static_cast<int32_t>(step);
       for (; t < d; ++t) {
-        O::Store(O::Mul(O::GatherStrided(q + t, stride), scale),
+        O::Store(O::Mul(O::GatherStrided(tile.q[0] + t, stride), scale),
                  tile.qt + t * R);
         if (RV > 1) {
-          O::Store(O::Mul(O::GatherStrided(q + N * d + t, stride), scale),
+          O::Store(O::Mul(O::GatherStrided(tile.q[N] + t, stride), scale),
                    tile.qt + t * R + N);
         }
       }
@@ -450,46 +534,49 @@ struct Flash {
 
   // What a path leaves for the finisher of one row.
   struct RowState {
-    int64_t row;         // flat row index into out, weights, lse
-    float m, l;          // running max and sum
+    int64_t row;         // flat row index into weights and lse
+    float* out;          // the row's output
+    float m, l;          // running max and sum (l = 0: no visible key)
+    float sink;          // the head's sink, or -inf
     const float* o;      // unnormalized output: column c at o[c * stride],
     size_t o_stride;     //   columns [c_begin, dv) still to write; NULL:
     int64_t c_begin;     //   the path wrote out itself if the row saw a key
     int64_t w_lo, w_hi;  // weights[w_lo, w_hi) hold raw scores
   };
 
-  // Writes the row's out, lse and weights (the latter two when asked): a
-  // row that saw no key gets zeros and -inf.
+  // Writes the row's out, lse and weights (the latter two when asked), by
+  // semantics.h's FinishRow: a row that saw no key gets zeros, and -inf or
+  // its sink.
   static void FinishRow(const Problem& p, const RowState& s, float* tail) {
-    const RowFinish f = qkv::FinishRow(s.l);
+    const RowFinish f = qkv::FinishRow(s.m, s.l, s.sink);
     const int64_t dv = p.value_dim, lk = p.kv_len;
-    float* out = p.out + s.row * dv;
-    if (!f.seen) {
+    float* out = s.out;
+    if (!(s.l > 0.0f)) {
       for (int64_t c = 0; c < dv; ++c) out[c] = 0.0f;
     } else if (s.o != nullptr) {
       const int64_t N = static_cast<int64_t>(O::Lanes());
-      const V inv_l = O::Set(f.inv_l);
+      const V scale = O::Set(f.scale);
       int64_t c = s.c_begin;
       if (s.o_stride == 1) {
         for (; c + N <= dv; c += N) {
-          O::StoreU(O::Mul(O::LoadU(s.o + c), inv_l), out + c);
+          O::StoreU(O::Mul(O::LoadU(s.o + c), scale), out + c);
         }
       } else if constexpr (O::kGatherTiles) {
         const int32_t stride = static_cast<int32_t>(s.o_stride);
         for (; c + N <= dv; c += N) {
           O::StoreU(O::Mul(O::GatherStrided(s.o + c * s.o_stride, stride),
-                           inv_l),
+                           scale),
                     out + c);
         }
       }
-      for (; c < dv; ++c) out[c] = s.o[c * s.o_stride] * f.inv_l;
+      for (; c < dv; ++c) out[c] = s.o[c * s.o_stride] * f.scale;
     }
-    if (p.lse != nullptr) p.lse[s.row] = RowLse(s.m, s.l);
+    if (p.lse != nullptr) p.lse[s.row] = RowLse(f);
     if (p.weights != nullptr) {
       float* w = p.weights + s.row * lk;
       for (int64_t j = 0; j < s.w_lo; ++j) w[j] = 0.0f;
-      if (f.seen) {
-        NormalizeWeights(w + s.w_lo, s.w_hi - s.w_lo, s.m, f.inv_l, tail);
+      if (s.l > 0.0f) {
+        NormalizeWeights(w + s.w_lo, s.w_hi - s.w_lo, f.m, f.inv_l, tail);
       } else {
         for (int64_t j = s.w_lo; j < s.w_hi; ++j) w[j] = 0.0f;
       }
@@ -508,7 +595,8 @@ struct Flash {
     if constexpr (O::kTransposeLanes != 0) {
       constexpr size_t kN = O::kTransposeLanes;
       for (int64_t r = 0; r < rows; ++r) {
-        tile.inv_l[r] = qkv::FinishRow(tile.sum[r]).inv_l;
+        tile.inv_l[r] = qkv::FinishRow(tile.m[r], tile.sum[r], tile.sink[r])
+                            .scale;
       }
       V blk[kN];
       for (; c_done + static_cast<int64_t>(kN) <= dv; c_done += kN) {
@@ -522,7 +610,7 @@ struct Flash {
             const int64_t r = static_cast<int64_t>(h * kN + i);
             if (r >= rows) break;
             O::StoreU(O::Mul(blk[i], O::Set(tile.inv_l[r])),
-                      p.out + tile.row[r] * dv + c_done);
+                      tile.out[r] + c_done);
           }
         }
       }
@@ -530,8 +618,10 @@ struct Flash {
     for (int64_t r = 0; r < rows; ++r) {
       RowState s;
       s.row = tile.row[r];
+      s.out = tile.out[r];
       s.m = tile.m[r];
       s.l = tile.sum[r];
+      s.sink = tile.sink[r];
       s.o = tile.ot + r;
       s.o_stride = R;
       s.c_begin = c_done;
@@ -546,29 +636,34 @@ struct Flash {
                       const TileTask& task, const Tile& tile) {
     const size_t N = O::Lanes();
     const size_t R = RV * N;
-    const int64_t d = op.dim, dv = p.value_dim, lk = p.kv_len;
+    const int64_t dv = p.value_dim, lk = p.kv_len;
     const int64_t rows = task.rows;
     const RowsSpan span =
-        SetUpTileRows(p, task.b, task.kvh, task.r0, rows, R, tile);
+        SetUpTileRows(p, op, task.b, task.kvh, task.r0, rows, R, tile);
     PackQueries<RV>(op, rows, R, tile);
 
     const float* k = op.k;
-    const float* v = p.v + (task.b * p.kv_heads + task.kvh) * lk * dv;
+    const float* v = op.v;
+    const int64_t ks = op.k_st, vs = op.v_st;
     const V neg_inf = O::Set(-INFINITY);
     V m0 = neg_inf, m1 = neg_inf;
     V l0 = O::Zero(), l1 = O::Zero();
     const bool prefetch = PrefetchesKv(p);
     const bool bias = p.bias != nullptr;
+    EpilogueTerms terms;
+    terms.softcap = p.softcap;
+    terms.bias = bias;
+    terms.alibi = p.alibi_slopes != nullptr;
 
     for (int64_t j0 = span.begin; j0 < span.end; j0 += kBlockKeys) {
       const int64_t nb =
           j0 + kBlockKeys < span.end ? kBlockKeys : span.end - j0;
       float* st = tile.st;
-      BlockPrefetch pf(prefetch, k, d, v, dv, j0, nb, span.end,
-                       nb / O::kUnroll, dv / O::kUnroll);
-      Scores<RV>(op, p.w_v, tile.qt, R, k + j0 * d, nb, st, &pf.v);
+      BlockPrefetch pf(prefetch, op, dv, j0, nb, span.end, nb / O::kUnroll,
+                       dv / O::kUnroll);
+      Scores<RV>(op, p.w_v, tile.qt, R, k + j0 * ks, nb, st, &pf.v);
       const bool masks = span.Masks(j0, nb);
-      Epilogue<RV>(tile, rows, R, j0, nb, bias, masks, st);
+      Epilogue<RV>(tile, rows, R, j0, nb, terms, masks, st);
       if (p.weights != nullptr) {  // raw masked scores; normalized at the end
         for (int64_t r = 0; r < rows; ++r) {
           float* w = p.weights + tile.row[r] * lk + j0;
@@ -579,10 +674,10 @@ struct Flash {
       SoftmaxBlock<RV>(st, R, nb, &m0, &l0, &alpha0, &m1, &l1, &alpha1);
       if (RV == 1) alpha1 = alpha0;
       if (masks || bias) {
-        AccumulateOutput<RV, true>(st, R, v + j0 * dv, dv, nb, alpha0, alpha1,
-                                   tile.ot, &pf.k);
+        AccumulateOutput<RV, true>(st, R, v + j0 * vs, dv, vs, nb, alpha0,
+                                   alpha1, tile.ot, &pf.k);
       } else {
-        AccumulateOutput<RV, false>(st, R, v + j0 * dv, dv, nb, alpha0,
+        AccumulateOutput<RV, false>(st, R, v + j0 * vs, dv, vs, nb, alpha0,
                                     alpha1, tile.ot, &pf.k);
       }
     }
@@ -624,14 +719,14 @@ struct Flash {
   template <int kKind>
   __attribute__((noinline)) static void RowScores(
       const float* __restrict q, const float* __restrict k, int64_t d,
-      int64_t nb, float finish, const float* __restrict w_v,
+      int64_t ks, int64_t nb, float finish, const float* __restrict w_v,
       float* __restrict st, BlockPrefetch* pf = nullptr) {
     const int64_t N = static_cast<int64_t>(O::Lanes());
     const int64_t d_full = d - d % N;
     int64_t j = 0;
     if (d_full == 0) {  // vectors shorter than one SIMD vector: plain loops
       for (; j < nb; ++j) {
-        st[j] = RowTail<kKind>(q, k + j * d, w_v, 0, d) * finish;
+        st[j] = RowTail<kKind>(q, k + j * ks, w_v, 0, d) * finish;
       }
       return;
     }
@@ -640,10 +735,10 @@ struct Flash {
         pf->v.Step();
         pf->k.Step();
       }
-      const float* k0 = k + j * d;
-      const float* k1 = k0 + d;
-      const float* k2 = k1 + d;
-      const float* k3 = k2 + d;
+      const float* k0 = k + j * ks;
+      const float* k1 = k0 + ks;
+      const float* k2 = k1 + ks;
+      const float* k3 = k2 + ks;
       V a0 = O::Zero(), a1 = O::Zero(), a2 = O::Zero(), a3 = O::Zero();
       for (int64_t t = 0; t < d_full; t += N) {
         const V qv = O::LoadU(q + t);
@@ -659,7 +754,7 @@ struct Flash {
       st[j + 3] = Finished<kKind>(a3, q, k3, w_v, d_full, d, finish);
     }
     for (; j < nb; ++j) {
-      const float* k0 = k + j * d;
+      const float* k0 = k + j * ks;
       V a0 = O::Zero();
       for (int64_t t = 0; t < d_full; t += N) {
         const V wv = kKind == kAdditive ? O::LoadU(w_v + t) : O::Zero();
@@ -700,7 +795,7 @@ struct Flash {
   // o[c] = o[c] * alpha + sum_{j < nb} p[j] v_j[c] for U vectors of columns.
   template <int U>
   __attribute__((noinline)) static void RowOutputColumns(
-      const float* __restrict pr, const float* __restrict v, int64_t dv,
+      const float* __restrict pr, const float* __restrict v, int64_t vs,
       int64_t nb, float alpha, float* __restrict o) {
     const size_t N = O::Lanes();
     const V va = O::Set(alpha);
@@ -712,7 +807,7 @@ struct Flash {
     for (int64_t j = 0; j < nb; ++j) {
       if (pr[j] == 0.0f) continue;  // a hidden key's value is never read
       const V b = O::Set(pr[j]);
-      const float* __restrict vj = v + j * dv;
+      const float* __restrict vj = v + j * vs;
 #define QKV_STEP(u) \
   if (u < U) o##u = O::MulAdd(b, O::LoadU(vj + u * N), o##u);
       QKV_UNROLL8(QKV_STEP)
@@ -725,20 +820,20 @@ struct Flash {
   }
 
   static void RowOutput(const float* __restrict pr, const float* __restrict v,
-                        int64_t dv, int64_t nb, float alpha,
+                        int64_t dv, int64_t vs, int64_t nb, float alpha,
                         float* __restrict o) {
     const int64_t N = static_cast<int64_t>(O::Lanes());
     int64_t c = 0;
     for (; c + 8 * N <= dv; c += 8 * N) {
-      RowOutputColumns<8>(pr, v + c, dv, nb, alpha, o + c);
+      RowOutputColumns<8>(pr, v + c, vs, nb, alpha, o + c);
     }
     for (; c + N <= dv; c += N) {
-      RowOutputColumns<1>(pr, v + c, dv, nb, alpha, o + c);
+      RowOutputColumns<1>(pr, v + c, vs, nb, alpha, o + c);
     }
     for (; c < dv; ++c) {
       float acc = o[c] * alpha;
       for (int64_t j = 0; j < nb; ++j) {
-        if (pr[j] != 0.0f) acc += pr[j] * v[j * dv + c];
+        if (pr[j] != 0.0f) acc += pr[j] * v[j * vs + c];
       }
       o[c] = acc;
     }
@@ -748,13 +843,13 @@ struct Flash {
   static void RowScoresFor(const Problem& p, const Operands& op,
                            const float* q, const float* k, int64_t nb,
                            float* st, BlockPrefetch* pf) {
-    const int64_t d = op.dim;
+    const int64_t d = op.dim, ks = op.k_st;
     if (op.kind == kAdditive) {
-      RowScores<kAdditive>(q, k, d, nb, 1.0f, p.w_v, st, pf);
+      RowScores<kAdditive>(q, k, d, ks, nb, 1.0f, p.w_v, st, pf);
     } else if (op.kind == kGaussian) {
-      RowScores<kGaussian>(q, k, d, nb, op.finish, p.w_v, st, pf);
+      RowScores<kGaussian>(q, k, d, ks, nb, op.finish, p.w_v, st, pf);
     } else {  // op.finish: 1 when the scale is folded into the queries
-      RowScores<kDot>(q, k, d, nb, op.finish, p.w_v, st, pf);
+      RowScores<kDot>(q, k, d, ks, nb, op.finish, p.w_v, st, pf);
     }
   }
 
@@ -773,13 +868,15 @@ struct Flash {
         span.begin > task.key_begin ? span.begin : task.key_begin;
     const int64_t stop = span.end < task.key_end ? span.end : task.key_end;
     const float* k = op.k;
-    const float* v = p.v + (b * p.kv_heads + kvh) * lk * dv;
+    const float* v = op.v;
+    const int64_t ks = op.k_st, vs = op.v_st;
     float* st = tile.s_row;
     const bool prefetch = PrefetchesKv(p);
+    const bool epilogue = p.softcap > 0.0f || p.alibi_slopes != nullptr;
     for (int64_t j0 = start; j0 < stop; j0 += kBlockKeys) {
       // The first row's scores prefetch this block's V and the next K.
       const int64_t nb_all = j0 + kBlockKeys < stop ? kBlockKeys : stop - j0;
-      BlockPrefetch pf(prefetch, k, d, v, dv, j0, nb_all, stop, nb_all / 4,
+      BlockPrefetch pf(prefetch, op, dv, j0, nb_all, stop, nb_all / 4,
                        nb_all / 4);
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t lo = tile.lo[r] > j0 ? tile.lo[r] : j0;
@@ -787,22 +884,28 @@ struct Flash {
         hi = hi < task.key_end ? hi : task.key_end;
         const int64_t nb = hi - lo;
         if (nb <= 0) continue;
-        RowScoresFor(p, op, tile.q_rows + r * d, k + lo * d, nb, st,
+        RowScoresFor(p, op, tile.q_rows + r * d, k + lo * ks, nb, st,
                      r == 0 ? &pf : nullptr);
-        if (tile.bias[r] != nullptr) AddBias(tile.bias[r], lo, nb, 1, st);
+        if (epilogue) {
+          RowEpilogue(p, tile, r, lo, nb, st);
+        } else if (tile.bias[r] != nullptr) {
+          AddBias(tile.bias[r], lo, nb, 1, st);
+        }
         if (p.weights != nullptr) {
           memcpy(p.weights + tile.row[r] * lk + lo, st, nb * sizeof(float));
         }
         const float alpha = RowSoftmaxBlock(st, nb, &tile.m[r], &tile.sum[r]);
-        RowOutput(st, v + lo * dv, dv, nb, alpha, tile.o_rows + r * dv);
+        RowOutput(st, v + lo * vs, dv, vs, nb, alpha, tile.o_rows + r * dv);
       }
     }
     if (KeySplits(p) > 1 && !MergeSplits(p, task, shared, tile)) return;
     for (int64_t r = 0; r < rows; ++r) {
       RowState s;
       s.row = tile.row[r];
+      s.out = tile.out[r];
       s.m = tile.m[r];
       s.l = tile.sum[r];
+      s.sink = tile.sink[r];
       s.o = tile.o_rows + r * dv;
       s.o_stride = 1;
       s.c_begin = 0;
@@ -813,6 +916,17 @@ struct Flash {
   }
 
   // --------------------------------------------------------- tiny path
+
+  // dst[u] = base[u * stride] for lanes u < count, 0 for the others.
+  static void TransposeRows(const float* base, int64_t stride, int32_t count,
+                            float* dst) {
+    const int64_t N = static_cast<int64_t>(O::Lanes());
+    if (stride * N < (int64_t{1} << 30)) {
+      O::StoreRows(base, static_cast<int32_t>(stride), count, dst);
+      return;
+    }
+    for (int64_t u = 0; u < N; ++u) dst[u] = u < count ? base[u * stride] : 0.0f;
+  }
 
   // Row path for tiny problems, kv_len <= lanes (toy shapes, short caches):
   // K and V are transposed once into the workspace and each row's scores,
@@ -828,17 +942,17 @@ struct Flash {
     LayoutTiny(p, O::Lanes(), workspace, &tile);
     const int64_t b = task.b, kvh = task.kvh;
     const int64_t d = op.dim, dv = p.value_dim, lk = p.kv_len;
-    const float* v = p.v + (b * p.kv_heads + kvh) * lk * dv;
     // Keys and values transposed; lanes of keys j >= lk are 0, never
     // garbage: they are masked below, and a 0 keeps every lane's arithmetic
     // finite.
     const int32_t count = static_cast<int32_t>(lk);
     for (int64_t t = 0; t < d; ++t) {
-      O::StoreRows(op.k + t, static_cast<int32_t>(d), count, tile.kt + t * N);
+      TransposeRows(op.k + t, op.k_st, count, tile.kt + t * N);
     }
     for (int64_t c = 0; c < dv; ++c) {
-      O::StoreRows(v + c, static_cast<int32_t>(dv), count, tile.vt + c * N);
+      TransposeRows(op.v + c, op.v_st, count, tile.vt + c * N);
     }
+    const float softcap = p.softcap;
     const V key = O::Load(kLaneIndex);
     const bool extras = p.lse != nullptr || p.weights != nullptr;
     // Without a per-row mask every row sees the same keys: one mask.
@@ -852,8 +966,12 @@ struct Flash {
       const int64_t row = at.Row(p, b);
       const KeyInterval keys = shared ? common : RowKeys(p, b, at.i);
       const float* bias_row = BiasRow(p, b, at.h, at.i);
+      const float* q = QueryOf(op, b, at.h, at.i);
+      float* out = OutRow(p, b, at.h, at.i);
+      const float neg_slope = -AlibiSlope(p, at.h);
+      const float sink = RowSink(p, at.h);
+      const int64_t pos = neg_slope != 0.0f ? QueryPos(p, b, at.i) : 0;
       at.Next(p);
-      const float* q = op.q + row * d;
       V s = zero;
       if (op.kind == kAdditive) {
         for (int64_t t = 0; t < d; ++t) {
@@ -874,10 +992,17 @@ struct Flash {
         if (op.kind == kDotScaled) s = O::Mul(s, O::Set(op.finish));
       }
       float* tail = tile.tail;
+      if (softcap > 0.0f) {
+        s = Softcapped(s, O::Set(softcap), O::Set(1.0f / softcap));
+      }
       if (bias_row != nullptr) {
         for (int64_t j = 0; j < N; ++j) tail[j] = j < lk ? bias_row[j] : 0.0f;
         const V bias = O::Load(tail);
         s = O::IfThenElse(O::Eq(bias, neg_inf), neg_inf, O::Add(s, bias));
+      }
+      if (neg_slope != 0.0f) {
+        const V dist = Abs(O::Sub(O::Set(static_cast<float>(pos)), key));
+        s = O::MulAdd(O::Set(neg_slope), dist, s);
       }
       const auto below_hi =
           shared ? common_hi : O::Lt(key, O::Set(static_cast<float>(keys.hi)));
@@ -892,14 +1017,14 @@ struct Flash {
       // No visible key: the max is -inf, or on targets whose max of an all
       // -inf vector is -FLT_MAX (Highway's EMU128) every term is exp(-inf).
       if (m == -INFINITY) l = 0.0f;
-      float* out = p.out + row * dv;
       const auto read = O::Gt(e, zero);  // hidden keys' values are not read
-      const RowFinish f = qkv::FinishRow(l);
-      if (f.seen) {
+      const bool seen = l > 0.0f;
+      if (seen) {
+        const float scale = qkv::FinishRow(m, l, sink).scale;
         for (int64_t c = 0; c < dv; ++c) {
           out[c] = O::ReduceSum(O::IfThenElseZero(
                        read, O::Mul(e, O::Load(tile.vt + c * N)))) *
-                   f.inv_l;
+                   scale;
         }
       }
       if (p.weights != nullptr) {  // the raw masked scores
@@ -908,11 +1033,13 @@ struct Flash {
       }
       // Tiny calls are a few ns per row: the finisher only when it has
       // something left to do.
-      if (f.seen && !extras) continue;
+      if (seen && !extras) continue;
       RowState st;
       st.row = row;
+      st.out = out;
       st.m = m;
       st.l = l;
+      st.sink = sink;
       st.o = nullptr;  // written above
       st.o_stride = 1;
       st.c_begin = 0;
@@ -952,15 +1079,22 @@ struct Flash {
     const int64_t d = p.head_dim, hidden = p.additive_hidden;
     float* keys = reinterpret_cast<float*>(shared);
     float* queries = reinterpret_cast<float*>(shared + ProjectedKeysBytes(p));
-    const int64_t key_rows = p.batch * p.kv_heads * p.kv_len;
-    for (int64_t j = 0; j < key_rows; ++j) {
-      RowScores<kDot>(p.k + j * d, p.w_k, d, hidden, 1.0f, nullptr,
-                      keys + j * hidden);
-    }
-    const int64_t query_rows = p.batch * p.q_heads * p.q_len;
-    for (int64_t i = 0; i < query_rows; ++i) {
-      RowScores<kDot>(p.q + i * d, p.w_q, d, hidden, 1.0f, nullptr,
-                      queries + i * hidden);
+    for (int64_t b = 0; b < p.batch; ++b) {
+      for (int64_t kvh = 0; kvh < p.kv_heads; ++kvh) {
+        const float* k = KeysOf(p, b, kvh);
+        for (int64_t j = 0; j < p.kv_len; ++j) {
+          RowScores<kDot>(k + j * p.k_st, p.w_k, d, d, hidden, 1.0f, nullptr,
+                          keys);
+          keys += hidden;
+        }
+      }
+      for (int64_t h = 0; h < p.q_heads; ++h) {
+        for (int64_t i = 0; i < p.q_len; ++i) {
+          RowScores<kDot>(QueryRow(p, b, h, i), p.w_q, d, d, hidden, 1.0f,
+                          nullptr, queries);
+          queries += hidden;
+        }
+      }
     }
   }
 
@@ -1052,10 +1186,14 @@ struct Flash {
     tile.rel_hi = rel_hi;
     tile.bias = bias_buf;
     const bool masks = span.Masks(j0, nb);
+    EpilogueTerms terms;
+    terms.softcap = 0.0f;
+    terms.bias = any_bias;
+    terms.alibi = false;
     if (rv == 1) {
-      Epilogue<1>(tile, rows, R, j0, nb, any_bias, masks, st);
+      Epilogue<1>(tile, rows, R, j0, nb, terms, masks, st);
     } else {
-      Epilogue<2>(tile, rows, R, j0, nb, any_bias, masks, st);
+      Epilogue<2>(tile, rows, R, j0, nb, terms, masks, st);
     }
   }
 
@@ -1065,8 +1203,10 @@ struct Flash {
     alignas(64) float tail[kMaxLanes];
     RowState s;
     s.row = row;
+    s.out = p.out + row * p.value_dim;  // the tests' dense layout
     s.m = m;
     s.l = l;
+    s.sink = -INFINITY;
     s.o = o;
     s.o_stride = stride;
     s.c_begin = c_begin;

@@ -68,37 +68,42 @@ void RunTask(const Problem& p, size_t task, const unsigned char*,
   const int64_t i1 = i0 + rows < p.q_len ? i0 + rows : p.q_len;
 
   const int64_t d = p.head_dim, dv = p.value_dim, lk = p.kv_len;
-  const float* k = p.k + (b * p.kv_heads + kvh) * lk * d;
-  const float* v = p.v + (b * p.kv_heads + kvh) * lk * dv;
+  const float* k = KeysOf(p, b, kvh);
+  const float* v = ValuesOf(p, b, kvh);
+  const int64_t ks = p.k_st, vs = p.v_st;
   float* scores = reinterpret_cast<float*>(workspace);
   float* key_proj = scores + lk;                       // ADDITIVE only
   float* query_proj = key_proj + lk * p.additive_hidden;  // ADDITIVE only
   const int64_t hidden = p.additive_hidden;
+  const float slope = AlibiSlope(p, h);
+  const float sink = RowSink(p, h);
 
   if (p.score == QKV_SCORE_ADDITIVE) {
     for (int64_t j = 0; j < lk; ++j) {
-      Project(p.w_k, k + j * d, hidden, d, key_proj + j * hidden);
+      Project(p.w_k, k + j * ks, hidden, d, key_proj + j * hidden);
     }
   }
 
   for (int64_t i = i0; i < i1; ++i) {
     const int64_t row = (b * p.q_heads + h) * p.q_len + i;
-    const float* q = p.q + row * d;
-    float* out = p.out + row * dv;
+    const float* q = QueryRow(p, b, h, i);
+    float* out = OutRow(p, b, h, i);
     float* weights = p.weights ? p.weights + row * lk : nullptr;
     const KeyInterval keys = RowKeys(p, b, i);
+    const int64_t pos = QueryPos(p, b, i);
     const float* bias = BiasRow(p, b, h, i);
 
     if (p.score == QKV_SCORE_ADDITIVE) Project(p.w_q, q, hidden, d, query_proj);
     float max_score = -INFINITY;
     for (int64_t j = keys.lo; j < keys.hi; ++j) {
+      const float* kj = k + j * ks;
       float s;  // the kind's sum times its factor (src/semantics.h)
       if (p.score == QKV_SCORE_DOT) {
-        s = ScoreFactor(p) * Dot(q, k + j * d, d);
+        s = ScoreFactor(p) * Dot(q, kj, d);
       } else if (p.score == QKV_SCORE_GAUSSIAN) {
         float dist = 0.0f;
         for (int64_t t = 0; t < d; ++t) {
-          const float diff = q[t] - k[j * d + t];
+          const float diff = q[t] - kj[t];
           dist += diff * diff;
         }
         s = ScoreFactor(p) * dist;
@@ -109,7 +114,10 @@ void RunTask(const Problem& p, size_t task, const unsigned char*,
           s += p.w_v[u] * tanhf(query_proj[u] + kp[u]);
         }
       }
+      // The epilogue, in semantics.h's order.
+      if (p.softcap > 0.0f) s = Softcap(s, p.softcap);
       if (bias != nullptr) s = WithBias(s, bias[j]);
+      if (slope != 0.0f) s = WithAlibi(s, slope, pos, j);
       scores[j] = s;
       if (s > max_score) max_score = s;
     }
@@ -122,25 +130,26 @@ void RunTask(const Problem& p, size_t task, const unsigned char*,
       }
     }
     // sum >= 1 whenever a key is visible (the max contributes exp(0)).
-    const RowFinish f = FinishRow(sum);
+    const RowFinish f = FinishRow(max_score, sum, sink);
+    const bool any = sum > 0.0f;
 
     for (int64_t c = 0; c < dv; ++c) out[c] = 0.0f;
-    if (f.seen) {
+    if (any) {
       for (int64_t j = keys.lo; j < keys.hi; ++j) {
         const float pj = scores[j];
         if (pj == 0.0f) continue;  // a hidden key never touches out
-        const float* vj = v + j * dv;
+        const float* vj = v + j * vs;
         for (int64_t c = 0; c < dv; ++c) out[c] += pj * vj[c];
       }
-      for (int64_t c = 0; c < dv; ++c) out[c] *= f.inv_l;
+      for (int64_t c = 0; c < dv; ++c) out[c] *= f.scale;
     }
     if (weights != nullptr) {
       for (int64_t j = 0; j < lk; ++j) {
-        const bool shown = f.seen && j >= keys.lo && j < keys.hi;
-        weights[j] = shown ? scores[j] * f.inv_l : 0.0f;
+        const bool shown = any && j >= keys.lo && j < keys.hi;
+        weights[j] = shown ? scores[j] * f.scale : 0.0f;
       }
     }
-    if (p.lse != nullptr) p.lse[row] = RowLse(max_score, sum);
+    if (p.lse != nullptr) p.lse[row] = RowLse(f);
   }
 }
 
