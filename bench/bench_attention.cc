@@ -22,6 +22,10 @@
 // Then two workers against one on S2 and S3, paired in time, for each
 // engine's best backend and OpenBLAS (the scaling section below):
 //   scaling/<shape>/<implementation>
+// Last, the 0.2 variants (sliding window, ALiBi, sinks, softcap) and layouts
+// (token-major, a padded cache) against the same call without them, paired
+// in time on the default backend (the vs plain section below):
+//   vs_plain/<shape>/<variant>/<backend>
 // bench/run.sh runs this binary with repetitions and turns the medians into a
 // table, with each row's fraction of the limit that bounds it.
 //
@@ -802,6 +806,282 @@ void RegisterMerge() {
   }
 }
 
+// ---------------------------------------------------------------- vs plain
+// The 0.2 variants and layouts, each against the same call without them, on
+// the default backend (qkv_backend()) with one worker:
+//   vs_plain/<shape>/<variant>/<backend>
+// with
+//   causal_4096/window_left255   causal 4096 x 4096, 4 heads, d 64, with
+//       QKV_MASK_WINDOW, window_left 255, window_right -1 (each query sees
+//       its last 256 keys), against the same call causal only
+//   S2_prefill/alibi, sinks, softcap50   S2 with alibi_slopes (the ALiBi
+//       paper's 2^(-8 (h + 1) / heads)), sinks (a finite one per head) or
+//       softcap 50 (Gemma 2's), against S2
+//   S1_decode, S2_prefill, S3_small / token_major   q, k, v and out
+//       token-major ([batch][token][heads][dim], given as strides), against
+//       the dense call on the same values
+//   S1_decode, S2_prefill, S3_small / padded_cache   K and V in a cache of
+//       capacity 1.5 x kv_len ([batch][heads][capacity][dim], strides), q
+//       and out dense, against the dense call; the spare rows hold NaN, so
+//       a read of one would show in max_diff
+// The VM's speed drifts by up to 30% over minutes (bench/README.md), more
+// than a 5% target, so the two calls are timed paired, like the scaling
+// section: rounds of a plain slice and a variant slice, in alternating
+// order, each slice at least kPairedSliceMicros of calls. The layouts read
+// other buffers than the plain call, so there each slice starts with one
+// untimed call: each side finds its own data in the caches, as it would in
+// a stream of calls. A repetition is at least kPairedMinRounds rounds and
+// kPairedMicros; kPairedRepetitions of them whatever the command line says.
+// Counters, medians over a repetition's rounds:
+//   ratio                 variant time / plain time, round by round
+//   us_plain, us_variant  per call
+//   max_diff              layouts: max |out - plain out| / max |v| (0: the
+//                         same bits); -1 for the others, which compute
+//                         something else
+//   rounds
+constexpr double kPairedSliceMicros = 2000.0;
+constexpr double kPairedMicros = 400000.0;
+constexpr int kPairedMinRounds = 5;
+constexpr int kPairedRepetitions = 3;
+
+// Strides of a [batch][heads][len][dim] array laid out token-major.
+qkv_strides TokenMajor(int64_t heads, int64_t len, int64_t dim) {
+  return qkv_strides{len * heads * dim, dim, heads * dim};
+}
+
+// Strides of a [batch][heads][len][dim] array in a cache of `capacity` rows.
+qkv_strides Padded(int64_t heads, int64_t capacity, int64_t dim) {
+  return qkv_strides{heads * capacity * dim, capacity * dim, dim};
+}
+
+// Offset of element (b, h, t, c) under strides st (all non-zero).
+size_t At(const qkv_strides& st, int64_t b, int64_t h, int64_t t, int64_t c) {
+  return size_t(b * st.batch + h * st.head + t * st.token + c);
+}
+
+// The dense [batch][heads][len][dim] array `dense` copied to strides st; the
+// elements the strides do not reach hold NaN.
+Buffer Restride(const float* dense, int64_t batch, int64_t heads, int64_t len,
+                int64_t dim, const qkv_strides& st) {
+  const size_t extent = At(st, batch - 1, heads - 1, len - 1, dim);
+  Buffer out = AllocFloats(extent);
+  std::fill(out.get(), out.get() + extent, std::nanf(""));
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t t = 0; t < len; ++t) {
+        std::memcpy(out.get() + At(st, b, h, t, 0),
+                    dense + ((b * heads + h) * len + t) * dim,
+                    sizeof(float) * size_t(dim));
+      }
+    }
+  }
+  return out;
+}
+
+// One (shape, variant) pair on one backend; side 0 is the plain call, side 1
+// the variant.
+struct PairedCase {
+  Shape shape;
+  std::string variant;
+  std::string backend;
+  std::vector<float> per_head;  // ALiBi slopes or sinks
+  Buffer q, k, v, out;          // layouts: the inputs and output restrided
+  bool layout = false;
+  qkv_attention_desc desc[2] = {};
+  const float *q_of[2] = {}, *k_of[2] = {}, *v_of[2] = {};
+  float* out_of[2] = {};
+  Buffer ws[2];
+  size_t ws_bytes[2] = {0, 0};
+  int calls[2] = {1, 1};  // per slice
+  bool ready = false;
+  bool ok = true;
+  std::string error;  // why the first call of a side failed
+  double max_diff = -1.0;
+
+  void Prepare() {
+    ready = true;
+    const Shape& s = shape;
+    ShapeData& d = DataFor(s);
+    for (int side = 0; side < 2; ++side) {
+      desc[side] = DescFor(s, d, backend.c_str(), 1);
+      q_of[side] = d.q.get();
+      k_of[side] = d.k.get();
+      v_of[side] = d.v.get();
+      out_of[side] = d.out.get();
+    }
+    qkv_attention_desc& x = desc[1];
+    if (variant == "window_left255") {
+      x.mask |= QKV_MASK_WINDOW;
+      x.window_left = 255;
+      x.window_right = -1;
+    } else if (variant == "alibi" || variant == "sinks") {
+      for (int64_t h = 0; h < s.heads; ++h) {
+        per_head.push_back(variant == "alibi"
+                               ? std::exp2(-8.0f * float(h + 1) / float(s.heads))
+                               : 0.5f * float(h) - 1.0f);
+      }
+      if (variant == "alibi") {
+        x.alibi_slopes = per_head.data();
+      } else {
+        x.sinks = per_head.data();
+      }
+    } else if (variant == "softcap50") {
+      x.softcap = 50.0f;
+    } else if (variant == "token_major" || variant == "padded_cache") {
+      layout = true;
+      const int64_t dv = s.value_dim();
+      if (variant == "token_major") {
+        x.q_strides = TokenMajor(s.heads, s.q_len, s.head_dim);
+        x.k_strides = TokenMajor(s.heads, s.kv_len, s.head_dim);
+        x.v_strides = TokenMajor(s.heads, s.kv_len, dv);
+        x.out_strides = TokenMajor(s.heads, s.q_len, dv);
+        q = Restride(d.q.get(), s.batch, s.heads, s.q_len, s.head_dim,
+                     x.q_strides);
+        out = Restride(d.out.get(), s.batch, s.heads, s.q_len, dv,
+                       x.out_strides);
+        q_of[1] = q.get();
+      } else {
+        const int64_t capacity = s.kv_len + s.kv_len / 2;
+        x.k_strides = Padded(s.heads, capacity, s.head_dim);
+        x.v_strides = Padded(s.heads, capacity, dv);
+        out = AllocFloats(s.OutFloats());
+      }
+      k = Restride(d.k.get(), s.batch, s.heads, s.kv_len, s.head_dim,
+                   x.k_strides);
+      v = Restride(d.v.get(), s.batch, s.heads, s.kv_len, dv, x.v_strides);
+      k_of[1] = k.get();
+      v_of[1] = v.get();
+      out_of[1] = out.get();
+    }
+    for (int side = 0; side < 2; ++side) {
+      ws_bytes[side] = qkv_attention_workspace_size(&desc[side]);
+      if (ws_bytes[side] > 0) ws[side] = AllocFloats((ws_bytes[side] + 3) / 4);
+      const qkv_status st = Call(side);
+      if (st != QKV_OK) {
+        char why[256];
+        qkv_attention_explain(&desc[side], q_of[side], k_of[side], v_of[side],
+                              out_of[side], nullptr, nullptr, ws[side].get(),
+                              ws_bytes[side], why, sizeof why);
+        error = std::string(side == 0 ? "plain" : variant) + ": " +
+                qkv_status_string(st) + ": " + why;
+        return;
+      }
+    }
+    if (layout) max_diff = LayoutDiff(d);
+    for (int side = 0; side < 2; ++side) {
+      const double one = Time(side, 1);
+      calls[side] = std::max(1, int(std::ceil(kPairedSliceMicros / one)));
+    }
+  }
+
+  qkv_status Call(int side) {
+    const qkv_status st = qkv_attention_f32(
+        &desc[side], q_of[side], k_of[side], v_of[side], out_of[side],
+        nullptr, nullptr, ws[side].get(), ws_bytes[side]);
+    ok = ok && st == QKV_OK;
+    return st;
+  }
+
+  // max |variant out - plain out| / max |v| after one call of each side.
+  double LayoutDiff(const ShapeData& d) const {
+    const Shape& s = shape;
+    const int64_t dv = s.value_dim();
+    qkv_strides st = desc[1].out_strides;
+    if (st.batch == 0 && st.head == 0 && st.token == 0) {
+      st = qkv_strides{s.heads * s.q_len * dv, s.q_len * dv, dv};
+    }
+    double diff = 0.0;
+    for (int64_t b = 0; b < s.batch; ++b) {
+      for (int64_t h = 0; h < s.heads; ++h) {
+        for (int64_t t = 0; t < s.q_len; ++t) {
+          for (int64_t c = 0; c < dv; ++c) {
+            const double e =
+                std::fabs(double(out_of[1][At(st, b, h, t, c)]) -
+                          double(d.out.get()[((b * s.heads + h) * s.q_len + t) *
+                                                 dv + c]));
+            if (!(e <= diff)) diff = e;  // NaN sticks
+          }
+        }
+      }
+    }
+    return d.max_abs_v > 0 ? diff / d.max_abs_v : diff;
+  }
+
+  // Microseconds of `n` calls of a side (after an untimed one for layouts).
+  double Time(int side, int n) {
+    if (layout) Call(side);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i) Call(side);
+    return MicrosSince(t0);
+  }
+};
+
+void RunPaired(benchmark::State& state, PairedCase* c) {
+  if (!c->ready) c->Prepare();
+  if (!c->error.empty()) {
+    state.SkipWithError(c->error.c_str());
+    return;
+  }
+  std::vector<double> ratio, us_plain, us_variant;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < kPairedMinRounds || MicrosSince(t0) < kPairedMicros;
+         ++r) {
+      double t[2];
+      for (int i = 0; i < 2; ++i) {
+        const int side = (r + i) % 2;  // plain first in even rounds
+        t[side] = c->Time(side, c->calls[side]) / c->calls[side];
+      }
+      ratio.push_back(t[1] / t[0]);
+      us_plain.push_back(t[0]);
+      us_variant.push_back(t[1]);
+    }
+  }
+  if (!c->ok) {
+    state.SkipWithError("qkv_attention_f32 failed");
+    return;
+  }
+  state.counters["ratio"] = Median(ratio);
+  state.counters["us_plain"] = Median(us_plain);
+  state.counters["us_variant"] = Median(us_variant);
+  state.counters["max_diff"] = c->max_diff;
+  state.counters["rounds"] = double(ratio.size());
+}
+
+void RegisterVsPlain() {
+  const std::string backend = qkv_backend();
+  std::vector<std::pair<Shape, std::string>> cases;
+  cases.push_back({Shape{"causal_4096", 1, 4, 4096, 4096, 64, true,
+                         Kind::kMain},
+                   "window_left255"});
+  for (const Shape& s : Shapes()) {
+    if (s.name == "S2_prefill") {
+      for (const char* v : {"alibi", "sinks", "softcap50"}) {
+        cases.push_back({s, v});
+      }
+    }
+    if (s.name == "S1_decode" || s.name == "S2_prefill" ||
+        s.name == "S3_small") {
+      for (const char* v : {"token_major", "padded_cache"}) {
+        cases.push_back({s, v});
+      }
+    }
+  }
+  for (const auto& sv : cases) {
+    PairedCase* c = new PairedCase;  // lives for the run
+    c->shape = sv.first;
+    c->variant = sv.second;
+    c->backend = backend;
+    const std::string name =
+        "vs_plain/" + sv.first.name + "/" + sv.second + "/" + backend;
+    benchmark::RegisterBenchmark(name.c_str(), RunPaired, c)
+        ->UseRealTime()
+        ->Iterations(1)
+        ->Repetitions(kPairedRepetitions)
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
 // ---------------------------------------------------------------- attention
 
 void RegisterAll() {
@@ -873,6 +1153,7 @@ void RegisterAll() {
       }
     }
   }
+  RegisterVsPlain();
 }
 
 void AddContext() {

@@ -72,8 +72,20 @@ def load(report_path):
     with open(report_path) as f:
         report = json.load(f)
     medians, cvs, errors, order, scaling = {}, {}, {}, [], []
+    vs_plain = {}  # (shape, variant, backend) -> {"reps", "median", "error"}
     for b in report.get("benchmarks", []):
         parts = b.get("run_name", b["name"]).split("/")
+        if parts[0] == "vs_plain" and len(parts) >= 4:
+            # vs_plain/<shape>/<variant>/<backend>: repetitions and their
+            # aggregates, counters only
+            entry = vs_plain.setdefault(tuple(parts[1:4]), {"reps": []})
+            if b.get("error_occurred"):
+                entry["error"] = b.get("error_message", "error")
+            elif b.get("run_type") != "aggregate":
+                entry["reps"].append(b)
+            elif b.get("aggregate_name") == "median":
+                entry["median"] = b
+            continue
         if parts[0] == "scaling" and len(parts) >= 3:
             # scaling/<shape>/<implementation>: one run, counters only
             if b.get("error_occurred"):
@@ -108,7 +120,8 @@ def load(report_path):
             medians[key] = b
         elif b.get("aggregate_name") == "cv":
             cvs[key] = b.get("real_time", 0.0)  # a fraction
-    return report.get("context", {}), medians, cvs, errors, order, scaling
+    return (report.get("context", {}), medians, cvs, errors, order, scaling,
+            vs_plain)
 
 
 def engines_line(backends):
@@ -192,6 +205,106 @@ def scaling_lines(rows):
            "or a neighbour's caches): the last column keeps the rounds where "
            "the machine gave at least %.1fx." % FULL_MACHINE, ""]
     return out + markdown(table, header, {2, 3, 4, 5, 6, 7}) + [""]
+
+
+# The issue's targets for vs_plain/<shape>/<variant>: the most a variant's
+# time may be, as a fraction of the plain call's.
+VS_PLAIN_TARGETS = {
+    "window_left255": 0.25,  # at least 4x faster than plain causal
+    "alibi": 1.10,
+    "sinks": 1.10,
+    "softcap50": 1.30,
+    "token_major": 1.05,
+    "padded_cache": 1.05,
+}
+VS_PLAIN_LABELS = {
+    "window_left255": "sliding window, window_left 255",
+    "alibi": "ALiBi slopes",
+    "sinks": "sinks",
+    "softcap50": "softcap 50",
+    "token_major": "token-major q, k, v, out",
+    "padded_cache": "K, V in a cache of 1.5 x kv_len",
+}
+VS_PLAIN_SHAPES = {
+    "causal_4096": "causal 4096 x 4096, 4 heads, d 64",
+}
+
+
+def is_number(x):
+    return isinstance(x, (int, float)) and x == x  # not None, not NaN
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    if not n:
+        return None
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def vs_plain_lines(rows):
+    """Variants and layouts against the plain call (RunPaired in
+    bench_attention.cc): the median over the repetitions of each one's
+    median ratio over its rounds."""
+    if not rows:
+        return []
+    table, most_reps = [], 0
+    for (shape, variant, backend), e in rows.items():
+        label = VS_PLAIN_LABELS.get(variant, variant)
+        shape_label = VS_PLAIN_SHAPES.get(shape, shape)
+        if "error" in e:
+            table.append([shape_label, label, backend,
+                          "ERROR: %s" % e["error"]] + [""] * 6)
+            continue
+        reps = [r for r in e["reps"] if is_number(r.get("ratio"))]
+        if not reps:
+            continue
+        most_reps = max(most_reps, len(reps))
+
+        def agg(counter):
+            if "median" in e and counter in e["median"]:
+                return float(e["median"][counter])
+            return median([float(r[counter]) for r in reps])
+
+        ratio = agg("ratio")
+        spread = [float(r["ratio"]) for r in reps]
+        target = VS_PLAIN_TARGETS.get(variant)
+        if target is None:
+            goal, met = "-", "-"
+        elif target < 1:
+            goal = "<= %.2f (%gx faster)" % (target, 1 / target)
+            met = "yes" if ratio <= target else "**no**"
+        else:
+            goal = "<= %.2f" % target
+            met = "yes" if ratio <= target else "**no**"
+        diff = agg("max_diff")
+        table.append([
+            shape_label, label, backend,
+            fmt_time(agg("us_plain")), fmt_time(agg("us_variant")),
+            "%.3f" % ratio + (" (%.2fx faster)" % (1 / ratio)
+                              if ratio < 0.5 else ""),
+            "%.3f-%.3f" % (min(spread), max(spread)),
+            goal, met,
+            "-" if diff < 0 else "0 (same bits)" if diff == 0
+            else "%.1e" % diff])
+    header = ["shape", "variant", "backend", "plain", "variant time",
+              "time / plain", "over repetitions", "target", "met",
+              "max diff"]
+    out = ["## Variants and layouts against the plain call, paired in time",
+           "",
+           "The default backend, one worker. Each pair is timed in rounds of "
+           "(plain call, variant), in alternating order, each side at least "
+           "2 ms of calls (the layouts, which read other buffers, after one "
+           "untimed call); time / plain: the median over the rounds of each "
+           "round's ratio, then the median over %d repetitions (their range "
+           "beside it). The targets are the issue's: a window that hides "
+           "all but 256 keys at least 4x faster than plain causal; ALiBi and "
+           "sinks at most 10%% slower than S2 without them, softcap at most "
+           "30%%; token-major q, k, v and out, and K and V in a cache with "
+           "spare capacity (its unused rows NaN), within 5%% of the dense "
+           "call. max diff: max |out - dense out| / max |v| for the layouts "
+           "(the same values in another layout)." % most_reps, ""]
+    return out + markdown(table, header, {3, 4, 5, 6, 9}) + [""]
 
 
 class Limits:
@@ -450,7 +563,7 @@ def plot(medians, order, limits, out_dir, model):
 
 def main():
     report_path, out_dir, model, nproc, elapsed = sys.argv[1:6]
-    ctx, medians, cvs, errors, order, scaling = load(report_path)
+    ctx, medians, cvs, errors, order, scaling, vs_plain = load(report_path)
     limits = Limits(medians)
     lines = [
         "# qkv benchmark",
@@ -500,6 +613,7 @@ def main():
         table = attention_rows(medians, cvs, errors, order, limits, keep)
         if table:
             lines += ["## " + title, ""] + markdown(table) + [""]
+    lines += vs_plain_lines(vs_plain)
     text = "\n".join(lines)
     sys.stdout.write(text)
     md_path = os.path.join(out_dir, "report.md")

@@ -97,9 +97,11 @@ unsigned Overlap(Range a, Range b) {
          static_cast<unsigned>(b.begin < a.end);
 }
 
-// Records why a call is refused, when the caller asked (qkv_attention_explain
-// passes a Why; the calls pass NULL and pay one test per refusal, never on
-// the way to computing). Returns the status.
+// Records why a call is refused, for qkv_attention_explain. Validation is
+// compiled twice: with kExplain (explain's copy, which records) and without
+// (the calls' copy, where every refusal is a bare status and no name or
+// sentence is linked: firmware that never explains carries none of it).
+// Returns the status.
 #if defined(__GNUC__)
 __attribute__((noinline, cold))
 #endif
@@ -131,7 +133,19 @@ qkv_status RefuseF(Why* why, Reason reason, const char* name, int64_t a,
   return QKV_ERR_INVALID_ARGUMENT;
 }
 
-#define QKV_INVALID(...) Refuse(why, QKV_ERR_INVALID_ARGUMENT, __VA_ARGS__)
+#define QKV_INVALID(...)                                              \
+  (kExplain ? Refuse(why, QKV_ERR_INVALID_ARGUMENT, __VA_ARGS__)      \
+            : QKV_ERR_INVALID_ARGUMENT)
+#define QKV_REFUSE(st, ...) (kExplain ? Refuse(why, st, __VA_ARGS__) : (st))
+#define QKV_INVALID_F(...) \
+  (kExplain ? RefuseF(why, __VA_ARGS__) : QKV_ERR_INVALID_ARGUMENT)
+
+// size_t as int64 for a message, saturated (size_t may be 32 bits).
+int64_t SizeArg(size_t n) {
+  const uint64_t wide = n;
+  return wide > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX
+                                                 : static_cast<int64_t>(wide);
+}
 
 // Everything a call needs that depends on the descriptor only.
 struct Plan {
@@ -162,8 +176,9 @@ struct StrideCheck {
   const char* dim_name;
 };
 
-qkv_status CheckStrides(const qkv_strides& given, int64_t n0, int64_t n1,
-                        int64_t n2, int64_t dim, const StrideCheck& names,
+template <bool kExplain>
+__attribute__((noinline)) qkv_status CheckStrides(const qkv_strides& given, int64_t n0, int64_t n1,
+                        int64_t n2, int64_t dim, const StrideCheck* names,
                         bool output, int64_t* sb, int64_t* sh, int64_t* st,
                         int64_t* end, Why* why) {
   const bool empty = n0 == 0 || n1 == 0 || n2 == 0;
@@ -176,12 +191,17 @@ qkv_status CheckStrides(const qkv_strides& given, int64_t n0, int64_t n1,
   }
   const int64_t s[3] = {given.batch, given.head, given.token};
   const int64_t n[3] = {n0, n1, n2};
-  const char* name[3] = {names.batch, names.head, names.token};
+  // The field names, for explain's copy only (NULL in the calls' copy, so
+  // that no name is linked into it).
+  const char* name[3] = {kExplain ? names->batch : nullptr,
+                         kExplain ? names->head : nullptr,
+                         kExplain ? names->token : nullptr};
+  const char* batch_name = name[0];
   for (int i = 0; i < 3; ++i) {
     if (s[i] < 0) return QKV_INVALID(kWhyNegativeStride, name[i], s[i]);
     if (!output && s[i] != 0 && s[i] < dim) {
       return QKV_INVALID(kWhyStrideTooSmall, name[i], s[i], dim, 0,
-                         names.dim_name);
+                         kExplain ? names->dim_name : nullptr);
     }
   }
   if (output && !empty) {
@@ -204,7 +224,7 @@ qkv_status CheckStrides(const qkv_strides& given, int64_t n0, int64_t n1,
       }
       const int64_t span = Mul(n[d] - 1, s[d]);
       if (span < 0 || span > INT64_MAX - extent) {
-        return QKV_INVALID(kWhyStrideExtent, names.batch);
+        return QKV_INVALID(kWhyStrideExtent, batch_name);
       }
       extent += span;
     }
@@ -221,13 +241,30 @@ qkv_status CheckStrides(const qkv_strides& given, int64_t n0, int64_t n1,
   for (int i = 0; i < 3; ++i) {
     const int64_t term = Mul(n[i] - 1, s[i]);
     if (term < 0 || term > INT64_MAX - last) {
-      return QKV_INVALID(kWhyStrideExtent, names.batch);
+      return QKV_INVALID(kWhyStrideExtent, batch_name);
     }
     last += term;
   }
-  if (!Addressable(last)) return QKV_INVALID(kWhyStrideExtent, names.batch);
+  if (!Addressable(last)) return QKV_INVALID(kWhyStrideExtent, batch_name);
   *end = last;
   return QKV_OK;
+}
+
+// Dense strides (all zero, the common case) inline; the rest out of line.
+template <bool kExplain>
+inline __attribute__((always_inline)) qkv_status Strides(const qkv_strides& given, int64_t n0, int64_t n1,
+                          int64_t n2, int64_t dim, const StrideCheck* names,
+                          bool output, int64_t* sb, int64_t* sh, int64_t* st,
+                          int64_t* end, Why* why) {
+  if ((given.batch | given.head | given.token) == 0) {
+    *st = dim;
+    *sh = n2 * dim;  // fits: the caller checked the dense count
+    *sb = n1 * *sh;
+    *end = n0 * *sb;
+    return QKV_OK;
+  }
+  return CheckStrides<kExplain>(given, n0, n1, n2, dim, names, output, sb, sh,
+                                st, end, why);
 }
 
 const StrideCheck kQStrides = {"q_strides.batch", "q_strides.head",
@@ -253,7 +290,7 @@ int64_t WindowSide(int64_t side) {
 // through a pointer (a reference would let the compiler read past a shorter
 // descriptor). kFull: size == sizeof, every field is there. `why`: NULL, or
 // where to say why the descriptor is refused.
-template <bool kFull>
+template <bool kFull, bool kExplain>
 qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
                     Why* why) {
 #define QKV_HAS(field) (kFull || QKV_FIELD_END(field) <= size)
@@ -304,7 +341,7 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
   const uint32_t mask = QKV_READ(mask);
   if ((mask & ~known_masks) != 0) return QKV_INVALID(kWhyMask, nullptr, mask);
   const float scale = QKV_HAS(scale) ? d->scale : DefaultScale(head_dim);
-  if (!isfinite(scale)) return RefuseF(why, kWhyScale, "scale", 0, scale);
+  if (!isfinite(scale)) return QKV_INVALID_F(kWhyScale, "scale", 0, scale);
 
   // Every element count and byte count must be representable: q, k, v, out
   // and weights (the rows, lse, divide each).
@@ -411,20 +448,20 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
   plan->kv_dtype = dtype;
   const qkv_strides zero = {0, 0, 0};
   qkv_status st;
-  st = CheckStrides(QKV_HAS(q_strides) ? d->q_strides : zero, batch, q_heads,
-                    q_len, head_dim, kQStrides, false, &p.q_sb, &p.q_sh,
+  st = Strides<kExplain>(QKV_HAS(q_strides) ? d->q_strides : zero, batch, q_heads,
+                    q_len, head_dim, kExplain ? &kQStrides : nullptr, false, &p.q_sb, &p.q_sh,
                     &p.q_st, &plan->q_end, why);
   if (st != QKV_OK) return st;
-  st = CheckStrides(QKV_HAS(k_strides) ? d->k_strides : zero, batch, kv_heads,
-                    kv_len, head_dim, kKStrides, false, &p.k_sb, &p.k_sh,
+  st = Strides<kExplain>(QKV_HAS(k_strides) ? d->k_strides : zero, batch, kv_heads,
+                    kv_len, head_dim, kExplain ? &kKStrides : nullptr, false, &p.k_sb, &p.k_sh,
                     &p.k_st, &plan->k_end, why);
   if (st != QKV_OK) return st;
-  st = CheckStrides(QKV_HAS(v_strides) ? d->v_strides : zero, batch, kv_heads,
-                    kv_len, value_dim, kVStrides, false, &p.v_sb, &p.v_sh,
+  st = Strides<kExplain>(QKV_HAS(v_strides) ? d->v_strides : zero, batch, kv_heads,
+                    kv_len, value_dim, kExplain ? &kVStrides : nullptr, false, &p.v_sb, &p.v_sh,
                     &p.v_st, &plan->v_end, why);
   if (st != QKV_OK) return st;
-  st = CheckStrides(QKV_HAS(out_strides) ? d->out_strides : zero, batch,
-                    q_heads, q_len, value_dim, kOutStrides, true, &p.out_sb,
+  st = Strides<kExplain>(QKV_HAS(out_strides) ? d->out_strides : zero, batch,
+                    q_heads, q_len, value_dim, kExplain ? &kOutStrides : nullptr, true, &p.out_sb,
                     &p.out_sh, &p.out_st, &plan->out_end, why);
   if (st != QKV_OK) return st;
   if (mask & QKV_MASK_WINDOW) {
@@ -436,14 +473,14 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
   if (slopes != nullptr) {
     for (int64_t h = 0; h < q_heads; ++h) {
       if (!isfinite(slopes[h])) {
-        return RefuseF(why, kWhyNotFinite, "alibi_slopes", h, slopes[h]);
+        return QKV_INVALID_F(kWhyNotFinite, "alibi_slopes", h, slopes[h]);
       }
     }
     p.alibi_slopes = slopes;
   }
   const float softcap = QKV_HAS(softcap) ? d->softcap : 0.0f;
   if (!(softcap >= 0.0f) || !isfinite(softcap)) {
-    return RefuseF(why, kWhySoftcap, "softcap", 0, softcap);
+    return QKV_INVALID_F(kWhySoftcap, "softcap", 0, softcap);
   }
   p.softcap = softcap;
   p.q_pos = QKV_READ(q_pos);
@@ -451,7 +488,7 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
   if (sinks != nullptr) {
     for (int64_t h = 0; h < q_heads; ++h) {
       if (isnan(sinks[h]) || sinks[h] == INFINITY) {
-        return RefuseF(why, kWhySink, "sinks", h, sinks[h]);
+        return QKV_INVALID_F(kWhySink, "sinks", h, sinks[h]);
       }
     }
     p.sinks = sinks;
@@ -481,20 +518,20 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
     const unsigned char* bytes = reinterpret_cast<const unsigned char*>(d);
     for (size_t i = sizeof(qkv_attention_desc); i < size; ++i) {
       if (bytes[i] != 0) {
-        return Refuse(why, QKV_ERR_UNSUPPORTED, kWhyUnknownBytes, nullptr,
+        return QKV_REFUSE(QKV_ERR_UNSUPPORTED, kWhyUnknownBytes, nullptr,
                       static_cast<int64_t>(size),
                       static_cast<int64_t>(sizeof(qkv_attention_desc)));
       }
     }
   }
   if (q_len > INT32_MAX) {
-    return Refuse(why, QKV_ERR_UNSUPPORTED, kWhyLength32, "q_len", q_len);
+    return QKV_REFUSE(QKV_ERR_UNSUPPORTED, kWhyLength32, "q_len", q_len);
   }
   if (kv_len > INT32_MAX) {
-    return Refuse(why, QKV_ERR_UNSUPPORTED, kWhyLength32, "kv_len", kv_len);
+    return QKV_REFUSE(QKV_ERR_UNSUPPORTED, kWhyLength32, "kv_len", kv_len);
   }
   if (dtype != QKV_DTYPE_F32) {
-    return Refuse(why, QKV_ERR_UNSUPPORTED, kWhyDtypeUnserved, nullptr, dtype);
+    return QKV_REFUSE(QKV_ERR_UNSUPPORTED, kWhyDtypeUnserved, nullptr, dtype);
   }
   // MakePlan picks the engine for the backend, once this frame is gone.
   plan->backend = QKV_READ(backend);
@@ -504,6 +541,7 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
 }
 
 // Picks the engine for plan->backend and sizes the workspace.
+template <bool kExplain>
 __attribute__((noinline)) qkv_status ChooseEngine(Plan* plan, Why* why) {
   const Problem& p = plan->problem;
   const char* backend = plan->backend;
@@ -512,12 +550,12 @@ __attribute__((noinline)) qkv_status ChooseEngine(Plan* plan, Why* why) {
   if (backend != nullptr && backend[0] != '\0') {
     engine = FindEngine(backend);
     if (engine == nullptr || (!trivial && !engine->supports(p))) {
-      if (why != nullptr) why->text = backend;
-      return Refuse(why, QKV_ERR_UNSUPPORTED, kWhyBackend);
+      if (kExplain) why->text = backend;
+      return QKV_REFUSE(QKV_ERR_UNSUPPORTED, kWhyBackend);
     }
   } else {
     engine = trivial ? EngineAt(0) : DefaultEngineFor(p);
-    if (engine == nullptr) return Refuse(why, QKV_ERR_UNSUPPORTED, kWhyNoEngine);
+    if (engine == nullptr) return QKV_REFUSE(QKV_ERR_UNSUPPORTED, kWhyNoEngine);
   }
   plan->engine = engine;
   plan->workspace = 0;
@@ -542,6 +580,7 @@ __attribute__((noinline)) qkv_status ChooseEngine(Plan* plan, Why* why) {
 
 // Validates the caller's descriptor and picks the engine. A descriptor of
 // any struct_size is read where it is, not copied.
+template <bool kExplain>
 qkv_status MakePlan(const qkv_attention_desc* in, Plan* plan, Why* why) {
   if (in == nullptr) return QKV_INVALID(kWhyDescNull);
   const size_t size = in->struct_size;
@@ -549,9 +588,9 @@ qkv_status MakePlan(const qkv_attention_desc* in, Plan* plan, Why* why) {
     return QKV_INVALID(kWhyStructSize, nullptr, static_cast<int64_t>(size));
   }
   const qkv_status st = kOwnSizePath && size == sizeof(qkv_attention_desc)
-                            ? PlanFrom<true>(in, size, plan, why)
-                            : PlanFrom<false>(in, size, plan, why);
-  return st == QKV_OK ? ChooseEngine(plan, why) : st;
+                            ? PlanFrom<true, kExplain>(in, size, plan, why)
+                            : PlanFrom<false, kExplain>(in, size, plan, why);
+  return st == QKV_OK ? ChooseEngine<kExplain>(plan, why) : st;
 }
 
 // The data pointers of a call with valid sizes `p`: a tensor with elements
@@ -559,6 +598,7 @@ qkv_status MakePlan(const qkv_attention_desc* in, Plan* plan, Why* why) {
 // outputs overlap no input, no other output and not the workspace; a
 // non-empty workspace is non-NULL. Out of line, so that its ranges are not
 // on the stack while the tasks run.
+template <bool kExplain>
 __attribute__((noinline)) bool BuffersValid(const Plan& plan,
                                             const void* workspace,
                                             size_t workspace_size, Why* why) {
@@ -568,7 +608,7 @@ __attribute__((noinline)) bool BuffersValid(const Plan& plan,
   const float *out = p.out, *weights = p.weights, *lse = p.lse;
   if (q == nullptr || out == nullptr ||
       (!plan.no_keys && (k == nullptr || v == nullptr))) {
-    if (why != nullptr) {
+    if (kExplain) {
       Refuse(why, QKV_ERR_INVALID_ARGUMENT, kWhyNullBuffer,
              q == nullptr     ? "q"
              : out == nullptr ? "out"
@@ -586,10 +626,9 @@ __attribute__((noinline)) bool BuffersValid(const Plan& plan,
                           RangeOf(k, plan.k_end, 4),
                           RangeOf(v, plan.v_end, 4)};
   if (workspace == nullptr && workspace_size != 0) {
-    if (why != nullptr) {
+    if (kExplain) {
       Refuse(why, QKV_ERR_INVALID_ARGUMENT, kWhyWorkspaceNull, nullptr,
-             static_cast<int64_t>(workspace_size > INT64_MAX ? INT64_MAX
-                                                             : workspace_size));
+             SizeArg(workspace_size));
     }
     return false;
   }
@@ -609,7 +648,7 @@ __attribute__((noinline)) bool BuffersValid(const Plan& plan,
     overlap |= Overlap(r_ws, outputs[i]);
   }
   if (overlap == 0) return true;
-  if (why != nullptr) {  // find the first pair, for the message
+  if (kExplain) {  // find the first pair, for the message
     const char* out_names[] = {"out", "weights", "lse"};
     const char* in_names[] = {"q", "k", "v"};
     for (size_t i = 0; i < 3 && why->reason == kWhyNone; ++i) {
@@ -686,11 +725,12 @@ __attribute__((noinline)) void NoKeys(const Problem& p) {
 
 // Validates a whole call; on QKV_OK `plan` is ready to run. `f32_entry`:
 // called as qkv_attention_f32, which reads f32 K and V only.
+template <bool kExplain>
 qkv_status Prepare(const qkv_attention_desc* desc, const float* q,
                    const void* k, const void* v, float* out, float* weights,
                    float* lse, void* workspace, size_t workspace_size,
                    bool f32_entry, Plan* plan, Why* why) {
-  qkv_status st = MakePlan(desc, plan, why);
+  qkv_status st = MakePlan<kExplain>(desc, plan, why);
   if (st == QKV_ERR_INVALID_ARGUMENT) return st;
   if (f32_entry && plan->kv_dtype != QKV_DTYPE_F32) {
     return QKV_INVALID(kWhyDtypeF32Entry, nullptr, plan->kv_dtype);
@@ -704,17 +744,14 @@ qkv_status Prepare(const qkv_attention_desc* desc, const float* q,
   p.out = out;
   p.weights = weights;
   p.lse = lse;
-  if (!BuffersValid(*plan, workspace, workspace_size, why)) {
+  if (!BuffersValid<kExplain>(*plan, workspace, workspace_size, why)) {
     return QKV_ERR_INVALID_ARGUMENT;
   }
   if (st != QKV_OK) return st;
   if (workspace_size < plan->workspace) {
-    return Refuse(why, QKV_ERR_WORKSPACE_TOO_SMALL, kWhyWorkspaceSmall,
-                  nullptr,
-                  static_cast<int64_t>(workspace_size > INT64_MAX
-                                           ? INT64_MAX
-                                           : workspace_size),
-                  static_cast<int64_t>(plan->workspace));
+    return QKV_REFUSE(QKV_ERR_WORKSPACE_TOO_SMALL, kWhyWorkspaceSmall,
+                      nullptr, SizeArg(workspace_size),
+                      SizeArg(plan->workspace));
   }
   return QKV_OK;
 }
@@ -723,8 +760,9 @@ qkv_status Run(const qkv_attention_desc* desc, const float* q, const void* k,
                const void* v, float* out, float* weights, float* lse,
                void* workspace, size_t workspace_size, bool f32_entry) {
   Plan plan;
-  const qkv_status st = Prepare(desc, q, k, v, out, weights, lse, workspace,
-                                workspace_size, f32_entry, &plan, nullptr);
+  const qkv_status st =
+      Prepare<false>(desc, q, k, v, out, weights, lse, workspace,
+                     workspace_size, f32_entry, &plan, nullptr);
   if (st != QKV_OK) return st;
   const Problem& p = plan.problem;
   if (plan.empty) return QKV_OK;
@@ -754,6 +792,8 @@ qkv_status Run(const qkv_attention_desc* desc, const float* q, const void* k,
 }
 
 #undef QKV_INVALID
+#undef QKV_INVALID_F
+#undef QKV_REFUSE
 
 }  // namespace
 }  // namespace qkv
@@ -816,7 +856,8 @@ QKV_API void qkv_attention_desc_init(qkv_attention_desc* desc, int64_t batch,
 
 QKV_API size_t qkv_attention_workspace_size(const qkv_attention_desc* desc) {
   qkv::Plan plan;
-  return qkv::MakePlan(desc, &plan, nullptr) == QKV_OK ? plan.workspace : 0;
+  return qkv::MakePlan<false>(desc, &plan, nullptr) == QKV_OK ? plan.workspace
+                                                              : 0;
 }
 
 QKV_API qkv_status qkv_attention_f32(const qkv_attention_desc* desc,
@@ -847,7 +888,7 @@ QKV_API qkv_status qkv_attention_explain(const qkv_attention_desc* desc,
   qkv::Plan plan;
   qkv::Why why;
   memset(&why, 0, sizeof(why));
-  const qkv_status st = qkv::Prepare(
+  const qkv_status st = qkv::Prepare<true>(
       desc, q, k, v, const_cast<float*>(out), const_cast<float*>(weights),
       const_cast<float*>(lse), const_cast<void*>(workspace), workspace_size,
       false, &plan, &why);

@@ -17,7 +17,7 @@ namespace qkv_test {
 namespace {
 
 // Pinned values.
-static_assert(QKV_VERSION_MAJOR == 0 && QKV_VERSION_MINOR == 1 &&
+static_assert(QKV_VERSION_MAJOR == 0 && QKV_VERSION_MINOR == 2 &&
                   QKV_VERSION_PATCH == 0,
               "version macros");
 static_assert(QKV_OK == 0 && QKV_ERR_INVALID_ARGUMENT == 1 &&
@@ -29,6 +29,34 @@ static_assert(QKV_SCORE_DOT == 0 && QKV_SCORE_GAUSSIAN == 1 &&
 static_assert(QKV_MASK_NONE == 0 && QKV_MASK_CAUSAL == 1 &&
                   QKV_MASK_VALID_LENS == 2 && QKV_MASK_BIAS == 4,
               "mask flags are pinned");
+static_assert(QKV_MASK_WINDOW == 8 && QKV_MASK_KV_START == 16,
+              "mask flags added in 0.2 are pinned");
+static_assert(QKV_DTYPE_F32 == 0 && QKV_DTYPE_F16 == 1 &&
+                  QKV_DTYPE_BF16 == 2 && QKV_DTYPE_I8 == 3,
+              "element type values are pinned");
+static_assert(std::is_standard_layout<qkv_strides>::value &&
+                  sizeof(qkv_strides) == 3 * sizeof(int64_t),
+              "qkv_strides is three int64_t");
+// The entry points keep their signatures (a mismatch fails to compile).
+static_assert(std::is_same<decltype(&qkv_attention),
+                           qkv_status (*)(const qkv_attention_desc*,
+                                          const float*, const void*,
+                                          const void*, float*, float*, float*,
+                                          void*, size_t)>::value,
+              "qkv_attention signature");
+static_assert(
+    std::is_same<decltype(&qkv_attention_explain),
+                 qkv_status (*)(const qkv_attention_desc*, const float*,
+                                const void*, const void*, const float*,
+                                const float*, const float*, const void*,
+                                size_t, char*, size_t)>::value,
+    "qkv_attention_explain signature");
+static_assert(std::is_same<decltype(&qkv_attention_f32),
+                           qkv_status (*)(const qkv_attention_desc*,
+                                          const float*, const float*,
+                                          const float*, float*, float*, float*,
+                                          void*, size_t)>::value,
+              "qkv_attention_f32 signature");
 static_assert(std::is_standard_layout<qkv_attention_desc>::value &&
                   std::is_trivially_copyable<qkv_attention_desc>::value,
               "the descriptor is a plain C struct");
@@ -49,14 +77,54 @@ static_assert(offsetof(qkv_attention_desc, additive_hidden) == 120, "layout");
 static_assert(offsetof(qkv_attention_desc, parallel_for) == 152, "layout");
 static_assert(offsetof(qkv_attention_desc, num_workers) == 168, "layout");
 static_assert(offsetof(qkv_attention_desc, backend) == 176, "layout");
-static_assert(sizeof(qkv_attention_desc) == 184, "layout");
+// 0.2 (tests/reliability/abi_layout.h pins every field on every data model).
+static_assert(offsetof(qkv_attention_desc, kv_dtype) == 184, "layout");
+static_assert(offsetof(qkv_attention_desc, q_strides) == 208, "layout");
+static_assert(offsetof(qkv_attention_desc, window_left) == 352, "layout");
+static_assert(offsetof(qkv_attention_desc, softcap) == 376, "layout");
+static_assert(offsetof(qkv_attention_desc, kv_start) == 400, "layout");
+static_assert(sizeof(qkv_attention_desc) == 408, "layout");
 #endif
 static_assert(offsetof(qkv_attention_desc, backend) >
                   offsetof(qkv_attention_desc, num_workers),
               "backend was appended after the fixed contract");
+// The 0.2 fields follow backend, in the order.
+static_assert(offsetof(qkv_attention_desc, kv_dtype) >
+                      offsetof(qkv_attention_desc, backend) &&
+                  offsetof(qkv_attention_desc, k_scales) >
+                      offsetof(qkv_attention_desc, kv_dtype) &&
+                  offsetof(qkv_attention_desc, v_scales) >
+                      offsetof(qkv_attention_desc, k_scales) &&
+                  offsetof(qkv_attention_desc, q_strides) >
+                      offsetof(qkv_attention_desc, v_scales) &&
+                  offsetof(qkv_attention_desc, k_strides) >
+                      offsetof(qkv_attention_desc, q_strides) &&
+                  offsetof(qkv_attention_desc, v_strides) >
+                      offsetof(qkv_attention_desc, k_strides) &&
+                  offsetof(qkv_attention_desc, out_strides) >
+                      offsetof(qkv_attention_desc, v_strides) &&
+                  offsetof(qkv_attention_desc, k_scale_strides) >
+                      offsetof(qkv_attention_desc, out_strides) &&
+                  offsetof(qkv_attention_desc, v_scale_strides) >
+                      offsetof(qkv_attention_desc, k_scale_strides) &&
+                  offsetof(qkv_attention_desc, window_left) >
+                      offsetof(qkv_attention_desc, v_scale_strides) &&
+                  offsetof(qkv_attention_desc, window_right) >
+                      offsetof(qkv_attention_desc, window_left) &&
+                  offsetof(qkv_attention_desc, alibi_slopes) >
+                      offsetof(qkv_attention_desc, window_right) &&
+                  offsetof(qkv_attention_desc, softcap) >
+                      offsetof(qkv_attention_desc, alibi_slopes) &&
+                  offsetof(qkv_attention_desc, q_pos) >
+                      offsetof(qkv_attention_desc, softcap) &&
+                  offsetof(qkv_attention_desc, sinks) >
+                      offsetof(qkv_attention_desc, q_pos) &&
+                  offsetof(qkv_attention_desc, kv_start) >
+                      offsetof(qkv_attention_desc, sinks),
+              "0.2 fields appended in order");
 
 TEST(AbiTest, VersionMatchesMacros) {
-  EXPECT_EQ(qkv_version(), (0u << 16) | (1u << 8) | 0u);
+  EXPECT_EQ(qkv_version(), (0u << 16) | (2u << 8) | 0u);
   EXPECT_EQ(qkv_version(), (uint32_t{QKV_VERSION_MAJOR} << 16) |
                                (uint32_t{QKV_VERSION_MINOR} << 8) |
                                uint32_t{QKV_VERSION_PATCH});
@@ -166,6 +234,42 @@ TEST(AbiTest, DescInitDefaults) {
   EXPECT_EQ(d.parallel_ctx, nullptr);
   EXPECT_EQ(d.num_workers, 0u);
   EXPECT_EQ(d.backend, nullptr);
+  // 0.2: f32, dense, no window, no ALiBi, no softcap, default positions, no
+  // sinks, no kv_start.
+  EXPECT_EQ(d.kv_dtype, QKV_DTYPE_F32);
+  EXPECT_EQ(d.k_scales, nullptr);
+  EXPECT_EQ(d.v_scales, nullptr);
+  const qkv_strides* strides[] = {&d.q_strides,   &d.k_strides,
+                                  &d.v_strides,   &d.out_strides,
+                                  &d.k_scale_strides, &d.v_scale_strides};
+  for (const qkv_strides* s : strides) {
+    EXPECT_EQ(s->batch, 0);
+    EXPECT_EQ(s->head, 0);
+    EXPECT_EQ(s->token, 0);
+  }
+  EXPECT_EQ(d.window_left, 0);
+  EXPECT_EQ(d.window_right, 0);
+  EXPECT_EQ(d.alibi_slopes, nullptr);
+  EXPECT_EQ(d.softcap, 0.0f);
+  EXPECT_EQ(d.q_pos, nullptr);
+  EXPECT_EQ(d.sinks, nullptr);
+  EXPECT_EQ(d.kv_start, nullptr);
+}
+
+// The 0.2 entry points are exported and callable: a trivially valid call
+// through each (batch 0: nothing to do).
+TEST(AbiTest, EntryPointsOf02Exist) {
+  qkv_attention_desc d;
+  qkv_attention_desc_init(&d, 0, 1, 1, 1, 1, 1, 1);
+  EXPECT_EQ(qkv_attention(&d, nullptr, nullptr, nullptr, nullptr, nullptr,
+                          nullptr, nullptr, 0),
+            QKV_OK);
+  char message[16] = "x";
+  EXPECT_EQ(qkv_attention_explain(&d, nullptr, nullptr, nullptr, nullptr,
+                                  nullptr, nullptr, nullptr, 0, message,
+                                  sizeof message),
+            QKV_OK);
+  EXPECT_STREQ(message, "ok");
 }
 
 TEST(AbiTest, DescInitScaleIsInverseSqrtHeadDim) {

@@ -30,6 +30,12 @@ void SetRawScore(qkv_attention_desc* d, int value) {
   std::memcpy(&d->score, &value, sizeof value);
 }
 
+// The same for desc.kv_dtype.
+static_assert(sizeof(qkv_dtype) == sizeof(int32_t), "C enums are int-sized");
+void SetRawDtype(qkv_attention_desc* d, int32_t value) {
+  std::memcpy(&d->kv_dtype, &value, sizeof value);
+}
+
 constexpr int64_t kBatch = 2, kQHeads = 4, kKvHeads = 2, kQLen = 5, kKvLen = 7,
                   kHeadDim = 8, kValueDim = 6;
 constexpr size_t kNumQ = kBatch * kQHeads * kQLen * kHeadDim;     // 320
@@ -53,6 +59,8 @@ struct Call {
   float *out, *weights, *lse;
   std::vector<int32_t> lens;
   std::vector<float> bias, w_q, w_k, w_v;
+  std::vector<float> slopes, sinks;  // [kQHeads], valid
+  std::vector<int32_t> starts;       // [kBatch], valid kv_start
   std::vector<unsigned char> big_desc;  // for struct_size > sizeof
 
   Call() : arena(kPad * 7 + kNumQ + kNumK + kNumV + kNumOut + kNumW + kNumLse) {
@@ -78,6 +86,9 @@ struct Call {
     w_q.assign(16 * kHeadDim, 0.1f);
     w_k.assign(16 * kHeadDim, -0.1f);
     w_v.assign(16, 1.0f);
+    slopes.assign(kQHeads, 0.25f);
+    sinks = {1.0f, -std::numeric_limits<float>::infinity(), -3.0f, 50.0f};
+    starts = {0, 3};
   }
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
@@ -95,6 +106,13 @@ struct Call {
   qkv_status Invoke(void* ws, size_t ws_size) {
     return qkv_attention_f32(desc_ptr, q, k, v, out, weights, lse, ws, ws_size);
   }
+  qkv_status InvokeGeneral(void* ws, size_t ws_size) {
+    return qkv_attention(desc_ptr, q, k, v, out, weights, lse, ws, ws_size);
+  }
+  qkv_status Explain(void* ws, size_t ws_size, char* message, size_t size) {
+    return qkv_attention_explain(desc_ptr, q, k, v, out, weights, lse, ws,
+                                 ws_size, message, size);
+  }
 };
 
 void FailIfCalled(void*, size_t, qkv_task_fn, void*) {
@@ -103,10 +121,16 @@ void FailIfCalled(void*, size_t, qkv_task_fn, void*) {
 
 struct BadCase {
   const char* name;
-  qkv_status expected;
+  qkv_status expected;  // from qkv_attention_f32
   // The descriptor alone is invalid: qkv_attention_workspace_size says 0.
   bool desc_only;
   void (*mutate)(Call*);
+  // A substring qkv_attention_explain's sentence must contain (the field it
+  // names), or NULL: any sentence.
+  const char* field = nullptr;
+  // What qkv_attention (and so qkv_attention_explain) returns, when it is
+  // not `expected`: -1 means the same.
+  int general = -1;
 };
 
 void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
@@ -120,12 +144,15 @@ constexpr int64_t kMin64 = std::numeric_limits<int64_t>::min();
 constexpr int64_t kMax64 = std::numeric_limits<int64_t>::max();
 using D = qkv_attention_desc;
 
-// Each size field at 0, -1 and INT64_MIN.
+// Each size field at 0, -1 and INT64_MIN; batch, q_len and kv_len may be 0
+// (an empty call: EmptyShapesAreValid), so only -1 and INT64_MIN.
 // clang-format off
-#define QKV_SIZE_CASES(field)                                            \
-  BadCase{#field "_0", kInvalid, true, &SetField<&D::field, 0>},         \
-  BadCase{#field "_neg1", kInvalid, true, &SetField<&D::field, -1>},     \
-  BadCase{#field "_min", kInvalid, true, &SetField<&D::field, kMin64>}
+#define QKV_SIZE_CASES(field)                                                  \
+  BadCase{#field "_0", kInvalid, true, &SetField<&D::field, 0>, #field},       \
+  QKV_NEGATIVE_SIZE_CASES(field)
+#define QKV_NEGATIVE_SIZE_CASES(field)                                         \
+  BadCase{#field "_neg1", kInvalid, true, &SetField<&D::field, -1>, #field},   \
+  BadCase{#field "_min", kInvalid, true, &SetField<&D::field, kMin64>, #field}
 // clang-format on
 
 std::vector<BadCase> BadCases() {
@@ -140,14 +167,14 @@ std::vector<BadCase> BadCases() {
        [](Call* c) { c->desc.struct_size = 0; }},
       {"struct_size_1", kInvalid, true,
        [](Call* c) { c->desc.struct_size = 1; }},
-      // A prefix that cuts the sizes: they default to 0, which is invalid.
+      // A prefix that cuts the sizes: they have no default, which is invalid.
       {"struct_size_without_sizes", kInvalid, true,
        [](Call* c) { c->desc.struct_size = offsetof(D, q_heads); }},
-      QKV_SIZE_CASES(batch),
+      QKV_NEGATIVE_SIZE_CASES(batch),
       QKV_SIZE_CASES(q_heads),
       QKV_SIZE_CASES(kv_heads),
-      QKV_SIZE_CASES(q_len),
-      QKV_SIZE_CASES(kv_len),
+      QKV_NEGATIVE_SIZE_CASES(q_len),
+      QKV_NEGATIVE_SIZE_CASES(kv_len),
       QKV_SIZE_CASES(head_dim),
       QKV_SIZE_CASES(value_dim),
       {"q_heads_not_multiple", kInvalid, true,
@@ -158,9 +185,12 @@ std::vector<BadCase> BadCases() {
       {"score_7", kInvalid, true, [](Call* c) { SetRawScore(&c->desc, 7); }},
       {"score_neg1", kInvalid, true,
        [](Call* c) { SetRawScore(&c->desc, -1); }},
-      {"mask_bit_8", kInvalid, true, [](Call* c) { c->desc.mask = 8; }},
-      {"mask_bit_16_with_causal", kInvalid, true,
-       [](Call* c) { c->desc.mask = QKV_MASK_CAUSAL | 16; }},
+      // (8 and 16 are QKV_MASK_WINDOW and QKV_MASK_KV_START since 0.2.)
+      {"mask_bit_32", kInvalid, true, [](Call* c) { c->desc.mask = 32; }},
+      {"mask_bit_64_with_causal_window", kInvalid, true,
+       [](Call* c) {
+         c->desc.mask = QKV_MASK_CAUSAL | QKV_MASK_WINDOW | 64;
+       }},
       {"mask_bit_31", kInvalid, true, [](Call* c) { c->desc.mask = 1u << 31; }},
       {"mask_all_bits", kInvalid, true,
        [](Call* c) {
@@ -396,10 +426,164 @@ std::vector<BadCase> BadCases() {
          c->big_desc[sizeof(D)] = 0x80;
          c->desc_ptr = reinterpret_cast<const D*>(c->big_desc.data());
        }},
+      // ---- 0.2: strides (dense: q {160, 40, 8}, k {112, 56, 8},
+      // v {84, 42, 6}, out {120, 30, 6}).
+      {"q_strides_batch_neg", kInvalid, true,
+       [](Call* c) { c->desc.q_strides = {-160, 40, 8}; }, "q_strides.batch"},
+      {"q_strides_head_neg1", kInvalid, true,
+       [](Call* c) { c->desc.q_strides = {160, -1, 8}; }, "q_strides.head"},
+      {"k_strides_token_neg", kInvalid, true,
+       [](Call* c) { c->desc.k_strides = {112, 56, -8}; }, "k_strides.token"},
+      {"v_strides_batch_min", kInvalid, true,
+       [](Call* c) { c->desc.v_strides = {kMin64, 42, 6}; }, "v_strides.batch"},
+      {"out_strides_token_neg", kInvalid, true,
+       [](Call* c) { c->desc.out_strides = {120, 30, -6}; },
+       "out_strides.token"},
+      {"k_strides_token_below_head_dim", kInvalid, true,
+       [](Call* c) { c->desc.k_strides = {112, 56, 7}; }, "k_strides.token"},
+      {"k_strides_head_below_head_dim", kInvalid, true,
+       [](Call* c) { c->desc.k_strides = {112, 3, 8}; }, "k_strides.head"},
+      {"q_strides_token_1", kInvalid, true,
+       [](Call* c) { c->desc.q_strides = {160, 40, 1}; }, "q_strides.token"},
+      {"q_strides_batch_below_head_dim", kInvalid, true,
+       [](Call* c) { c->desc.q_strides = {5, 40, 8}; }, "q_strides.batch"},
+      // v is bounded by value_dim (6), not head_dim (8).
+      {"v_strides_token_below_value_dim", kInvalid, true,
+       [](Call* c) { c->desc.v_strides = {84, 42, 5}; }, "v_strides.token"},
+      {"out_strides_token_0", kInvalid, true,
+       [](Call* c) { c->desc.out_strides = {120, 30, 0}; },
+       "out_strides.token"},
+      {"out_strides_rows_overlap", kInvalid, true,
+       [](Call* c) { c->desc.out_strides = {120, 30, 5}; },
+       "out_strides.token"},
+      {"out_strides_batch_0", kInvalid, true,
+       [](Call* c) { c->desc.out_strides = {0, 30, 6}; }, "out_strides.batch"},
+      // Token rows take 30 floats; heads 12 apart overlap them.
+      {"out_strides_heads_overlap", kInvalid, true,
+       [](Call* c) { c->desc.out_strides = {240, 12, 6}; }, "out_strides.head"},
+      {"out_strides_extent_overflow", kInvalid, true,
+       [](Call* c) { c->desc.out_strides = {kMax64 / 2, 30, 6}; },
+       "out_strides"},
+      {"k_strides_extent_overflow", kInvalid, true,
+       [](Call* c) { c->desc.k_strides = {kMax64 / 2, 56, 8}; }, "k_strides"},
+      {"k_strides_all_huge", kInvalid, true,
+       [](Call* c) { c->desc.k_strides = {kMax64, kMax64, kMax64}; },
+       "k_strides"},
+      // Outputs compared as the ranges their strides span: out reaches into
+      // weights (kPad = 512 floats after out's dense 240).
+      {"out_strides_span_weights", kInvalid, false,
+       [](Call* c) { c->desc.out_strides = {700, 30, 6}; }, "weights"},
+      {"q_strides_span_out", kInvalid, false,
+       [](Call* c) { c->desc.q_strides = {2300, 40, 8}; }},
+      // ---- 0.2: variants
+      {"softcap_neg", kInvalid, true, [](Call* c) { c->desc.softcap = -1.0f; },
+       "softcap"},
+      {"softcap_nan", kInvalid, true,
+       [](Call* c) {
+         c->desc.softcap = std::numeric_limits<float>::quiet_NaN();
+       },
+       "softcap"},
+      {"softcap_inf", kInvalid, true,
+       [](Call* c) {
+         c->desc.softcap = std::numeric_limits<float>::infinity();
+       },
+       "softcap"},
+      {"softcap_neg_inf", kInvalid, true,
+       [](Call* c) {
+         c->desc.softcap = -std::numeric_limits<float>::infinity();
+       },
+       "softcap"},
+      {"alibi_slope_nan", kInvalid, true,
+       [](Call* c) {
+         c->slopes[3] = std::numeric_limits<float>::quiet_NaN();
+         c->desc.alibi_slopes = c->slopes.data();
+       },
+       "alibi_slopes"},
+      {"alibi_slope_inf", kInvalid, true,
+       [](Call* c) {
+         c->slopes[0] = std::numeric_limits<float>::infinity();
+         c->desc.alibi_slopes = c->slopes.data();
+       },
+       "alibi_slopes"},
+      {"alibi_slope_neg_inf", kInvalid, true,
+       [](Call* c) {
+         c->slopes[2] = -std::numeric_limits<float>::infinity();
+         c->desc.alibi_slopes = c->slopes.data();
+       },
+       "alibi_slopes"},
+      {"sink_nan", kInvalid, true,
+       [](Call* c) {
+         c->sinks[2] = std::numeric_limits<float>::quiet_NaN();
+         c->desc.sinks = c->sinks.data();
+       },
+       "sinks"},
+      {"sink_pos_inf", kInvalid, true,
+       [](Call* c) {
+         c->sinks[0] = std::numeric_limits<float>::infinity();
+         c->desc.sinks = c->sinks.data();
+       },
+       "sinks"},
+      {"sink_last_head_pos_inf", kInvalid, true,
+       [](Call* c) {
+         c->sinks[kQHeads - 1] = std::numeric_limits<float>::infinity();
+         c->desc.sinks = c->sinks.data();
+       },
+       "sinks"},
+      {"kv_start_neg1", kInvalid, true,
+       [](Call* c) {
+         c->desc.mask = QKV_MASK_KV_START;
+         c->starts[1] = -1;
+         c->desc.kv_start = c->starts.data();
+       },
+       "kv_start"},
+      {"kv_start_kv_len_plus1", kInvalid, true,
+       [](Call* c) {
+         c->desc.mask = QKV_MASK_KV_START | QKV_MASK_CAUSAL;
+         c->starts[0] = kKvLen + 1;
+         c->desc.kv_start = c->starts.data();
+       },
+       "kv_start"},
+      {"kv_start_int32_min", kInvalid, true,
+       [](Call* c) {
+         c->desc.mask = QKV_MASK_KV_START | QKV_MASK_WINDOW;
+         c->starts[1] = std::numeric_limits<int32_t>::min();
+         c->desc.kv_start = c->starts.data();
+       },
+       "kv_start"},
+      {"kv_start_mask_without_kv_start", kInvalid, true,
+       [](Call* c) { c->desc.mask = QKV_MASK_KV_START; }, "kv_start"},
+      {"kv_dtype_4", kInvalid, true, [](Call* c) { SetRawDtype(&c->desc, 4); },
+       "kv_dtype"},
+      {"kv_dtype_neg1", kInvalid, true,
+       [](Call* c) { SetRawDtype(&c->desc, -1); }, "kv_dtype"},
+      {"kv_dtype_int_max", kInvalid, true,
+       [](Call* c) {
+         SetRawDtype(&c->desc, std::numeric_limits<int32_t>::max());
+       },
+       "kv_dtype"},
+      // Valid element types that 0.2 does not serve: UNSUPPORTED from
+      // qkv_attention, INVALID from qkv_attention_f32 (which reads f32 only).
+      {"kv_dtype_f16", kInvalid, true,
+       [](Call* c) { c->desc.kv_dtype = QKV_DTYPE_F16; }, "kv_dtype",
+       QKV_ERR_UNSUPPORTED},
+      {"kv_dtype_bf16", kInvalid, true,
+       [](Call* c) { c->desc.kv_dtype = QKV_DTYPE_BF16; }, "kv_dtype",
+       QKV_ERR_UNSUPPORTED},
+      {"kv_dtype_i8", kInvalid, true,
+       [](Call* c) { c->desc.kv_dtype = QKV_DTYPE_I8; }, "kv_dtype",
+       QKV_ERR_UNSUPPORTED},
+      // Invalid beats unsupported: a bad stride with an unserved type.
+      {"kv_dtype_f16_with_bad_stride", kInvalid, true,
+       [](Call* c) {
+         c->desc.kv_dtype = QKV_DTYPE_F16;
+         c->desc.k_strides = {112, 56, 7};
+       },
+       "k_strides.token"},
   };
 }
 
 #undef QKV_SIZE_CASES
+#undef QKV_NEGATIVE_SIZE_CASES
 
 class BadInputTest : public ::testing::TestWithParam<BadCase> {};
 
@@ -427,6 +611,25 @@ TEST_P(BadInputTest, ReturnsPinnedStatusAndWritesNothing) {
   if (bc.desc_only) {
     EXPECT_EQ(qkv_attention_workspace_size(c.desc_ptr), 0u)
         << "the workspace query must answer 0 for an invalid descriptor";
+  }
+  // The general entry, and the explanation of the same arguments.
+  const qkv_status general =
+      bc.general < 0 ? bc.expected : static_cast<qkv_status>(bc.general);
+  EXPECT_EQ(c.InvokeGeneral(ws.data(), ws.size()), general)
+      << "qkv_attention with a " << ws.size() << "-byte workspace";
+  EXPECT_TRUE(untouched()) << "a rejected qkv_attention call wrote to memory";
+  char message[512];
+  std::memset(message, 0x5A, sizeof message);
+  EXPECT_EQ(c.Explain(ws.data(), ws.size(), message, sizeof message), general);
+  EXPECT_TRUE(untouched()) << "qkv_attention_explain wrote to memory";
+  ASSERT_NE(std::memchr(message, '\0', sizeof message), nullptr)
+      << "the message is not NUL-terminated";
+  const std::string text(message);
+  EXPECT_FALSE(text.empty());
+  EXPECT_NE(text, "ok");
+  if (bc.field != nullptr) {
+    EXPECT_NE(text.find(bc.field), std::string::npos)
+        << "the explanation \"" << text << "\" does not name " << bc.field;
   }
   EXPECT_TRUE(ws.GuardsIntact());
 }
@@ -472,6 +675,248 @@ TEST(ValidationTest, FieldsOfInactiveFeaturesAreIgnored) {
   c.weights = nullptr;
   c.lse = nullptr;
   EXPECT_EQ(c.Invoke(ws.data(), ws.size()), QKV_OK);
+}
+
+// batch, q_len and kv_len may be 0 (0.2). batch or q_len 0: nothing to do,
+// nothing read or written. kv_len 0: every row gets out 0 and lse -inf.
+TEST(ValidationTest, EmptyShapesAreValid) {
+  for (int which = 0; which < 2; ++which) {
+    SCOPED_TRACE(which == 0 ? "batch 0" : "q_len 0");
+    Call c;
+    (which == 0 ? c.desc.batch : c.desc.q_len) = 0;
+    c.desc.mask = QKV_MASK_CAUSAL | QKV_MASK_WINDOW;
+    c.desc.sinks = c.sinks.data();
+    EXPECT_EQ(qkv_attention_workspace_size(&c.desc), 0u);
+    const std::vector<float> before = c.arena;
+    EXPECT_EQ(c.Invoke(nullptr, 0), QKV_OK);
+    EXPECT_EQ(c.InvokeGeneral(nullptr, 0), QKV_OK);
+    char message[64];
+    EXPECT_EQ(c.Explain(nullptr, 0, message, sizeof message), QKV_OK);
+    EXPECT_STREQ(message, "ok");
+    EXPECT_TRUE(std::memcmp(before.data(), c.arena.data(),
+                            before.size() * sizeof(float)) == 0)
+        << "an empty call wrote to memory";
+  }
+  Call c;
+  c.desc.kv_len = 0;
+  EXPECT_EQ(qkv_attention_workspace_size(&c.desc), 0u);
+  const std::vector<float> before = c.arena;
+  ASSERT_EQ(c.Invoke(nullptr, 0), QKV_OK);
+  for (size_t i = 0; i < kNumOut; ++i) ASSERT_EQ(c.out[i], 0.0f) << i;
+  for (size_t i = 0; i < kNumLse; ++i) {
+    ASSERT_EQ(c.lse[i], -std::numeric_limits<float>::infinity()) << i;
+  }
+  // Nothing else: the weights (no element per row) and the pads.
+  for (size_t i = 0; i < c.arena.size(); ++i) {
+    const float* at = c.arena.data() + i;
+    if ((at >= c.out && at < c.out + kNumOut) ||
+        (at >= c.lse && at < c.lse + kNumLse)) {
+      continue;
+    }
+    ASSERT_EQ(std::memcmp(at, &before[i], sizeof(float)), 0)
+        << "kv_len 0 wrote outside out and lse, at arena element " << i;
+  }
+  // Still invalid with kv_len 0: no out.
+  c.out = nullptr;
+  EXPECT_EQ(c.Invoke(nullptr, 0), QKV_ERR_INVALID_ARGUMENT);
+}
+
+// The limits of the stride rules, on the accepted side: a stride equal to
+// head_dim (value_dim for v), batch stride 0 on inputs, out's rows
+// interleaved by head (token-major), out ending exactly where weights
+// begins; one element further overlaps.
+TEST(ValidationTest, StridesAtTheirLimitsAreAccepted) {
+  MisalignedWorkspace ws(kBigWorkspace);
+  struct Accepted {
+    const char* name;
+    qkv_strides q, k, v, out;
+  };
+  const qkv_strides dense = {0, 0, 0};
+  const Accepted cases[] = {
+      {"explicit_dense", {160, 40, 8}, {112, 56, 8}, {84, 42, 6}, {120, 30, 6}},
+      {"v_token_stride_is_value_dim", dense, dense, {84, 6, 12}, dense},
+      {"broadcast_inputs", {0, 40, 8}, {0, 56, 8}, {0, 42, 6}, dense},
+      {"k_head_stride_0", dense, {112, 0, 8}, {84, 0, 6}, dense},
+      {"out_token_major", dense, dense, dense, {120, 6, 24}},
+      {"out_up_to_weights", dense, dense, dense, {632, 30, 6}},
+      {"out_reversed_order", dense, dense, dense, {6, 60, 12}},
+  };
+  for (const Accepted& a : cases) {
+    SCOPED_TRACE(a.name);
+    Call c;
+    c.desc.q_strides = a.q;
+    c.desc.k_strides = a.k;
+    c.desc.v_strides = a.v;
+    c.desc.out_strides = a.out;
+    EXPECT_EQ(c.Invoke(ws.data(), ws.size()), QKV_OK);
+    char message[128];
+    EXPECT_EQ(c.Explain(ws.data(), ws.size(), message, sizeof message), QKV_OK);
+    EXPECT_STREQ(message, "ok");
+  }
+  // weights begins kNumOut + kPad = 752 floats after out: with a batch
+  // stride of 633 out's last element is weights[0].
+  Call c;
+  c.desc.out_strides = {633, 30, 6};
+  EXPECT_EQ(c.Invoke(ws.data(), ws.size()), QKV_ERR_INVALID_ARGUMENT);
+}
+
+// Fields of 0.2 features that are off are not looked at: kv_start without
+// its mask, the window sides without QKV_MASK_WINDOW, the scales of a
+// quantized cache for f32.
+TEST(ValidationTest, InactiveVariantFieldsAreIgnored) {
+  MisalignedWorkspace ws(kBigWorkspace);
+  Call c;
+  c.starts = {-5, 100};
+  c.desc.kv_start = c.starts.data();  // QKV_MASK_KV_START off
+  c.desc.window_left = std::numeric_limits<int64_t>::min();
+  c.desc.window_right = -7;
+  float bogus[1] = {std::numeric_limits<float>::quiet_NaN()};
+  c.desc.k_scales = bogus;
+  c.desc.v_scales = bogus;
+  c.desc.k_scale_strides = {-1, -1, -1};
+  c.desc.v_scale_strides = {kMin64, 0, 3};
+  EXPECT_EQ(c.Invoke(ws.data(), ws.size()), QKV_OK);
+  EXPECT_EQ(c.InvokeGeneral(ws.data(), ws.size()), QKV_OK);
+  // Allowed values: a -inf sink, slopes of 0, softcap 0 (off), any q_pos.
+  c.sinks.assign(kQHeads, -std::numeric_limits<float>::infinity());
+  c.slopes.assign(kQHeads, 0.0f);
+  c.desc.sinks = c.sinks.data();
+  c.desc.alibi_slopes = c.slopes.data();
+  c.desc.softcap = 0.0f;
+  c.starts = {std::numeric_limits<int32_t>::min(),
+              std::numeric_limits<int32_t>::max()};
+  c.desc.q_pos = c.starts.data();
+  c.desc.mask = QKV_MASK_WINDOW;  // huge sides: unbounded
+  c.desc.window_left = std::numeric_limits<int64_t>::max();
+  c.desc.window_right = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(c.Invoke(ws.data(), ws.size()), QKV_OK);
+}
+
+// qkv_attention_explain: the message buffer is used exactly as documented.
+TEST(ExplainTest, MessageBufferEdges) {
+  MisalignedWorkspace ws(kBigWorkspace);
+  Call good;
+  char buf[64];
+  std::memset(buf, 0x5A, sizeof buf);
+  EXPECT_EQ(good.Explain(ws.data(), ws.size(), buf, sizeof buf), QKV_OK);
+  EXPECT_STREQ(buf, "ok");
+  // NULL message, or size 0: nothing written, the same status.
+  EXPECT_EQ(good.Explain(ws.data(), ws.size(), nullptr, 0), QKV_OK);
+  EXPECT_EQ(good.Explain(ws.data(), ws.size(), nullptr, 64), QKV_OK);
+  std::memset(buf, 0x5A, sizeof buf);
+  EXPECT_EQ(good.Explain(ws.data(), ws.size(), buf, 0), QKV_OK);
+  EXPECT_EQ(buf[0], 0x5A);
+  // Size 1: just the NUL. Size 2: "o".
+  EXPECT_EQ(good.Explain(ws.data(), ws.size(), buf, 1), QKV_OK);
+  EXPECT_EQ(buf[0], '\0');
+  EXPECT_EQ(buf[1], 0x5A);
+  EXPECT_EQ(good.Explain(ws.data(), ws.size(), buf, 2), QKV_OK);
+  EXPECT_STREQ(buf, "o");
+  EXPECT_EQ(buf[2], 0x5A);
+
+  Call bad;
+  bad.desc.softcap = -2.0f;
+  std::memset(buf, 0x5A, sizeof buf);
+  EXPECT_EQ(bad.Explain(ws.data(), ws.size(), nullptr, 0),
+            QKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(bad.Explain(ws.data(), ws.size(), nullptr, 100),
+            QKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(bad.Explain(ws.data(), ws.size(), buf, 0),
+            QKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(buf[0], 0x5A);
+  EXPECT_EQ(bad.Explain(ws.data(), ws.size(), buf, 1),
+            QKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(buf[0], '\0');
+  EXPECT_EQ(buf[1], 0x5A);
+  // Cut short to fit: 9 characters and the NUL, nothing after.
+  EXPECT_EQ(bad.Explain(ws.data(), ws.size(), buf, 10),
+            QKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::strlen(buf), 9u);
+  EXPECT_EQ(buf[10], 0x5A);
+  char full[256];
+  EXPECT_EQ(bad.Explain(ws.data(), ws.size(), full, sizeof full),
+            QKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(full).substr(0, 9), std::string(buf));
+  EXPECT_NE(std::string(full).find("softcap"), std::string::npos) << full;
+  EXPECT_NE(std::string(full).find("-2"), std::string::npos)
+      << "the sentence names the value: " << full;
+
+  // NULL descriptor.
+  EXPECT_EQ(qkv_attention_explain(nullptr, nullptr, nullptr, nullptr, nullptr,
+                                  nullptr, nullptr, nullptr, 0, full,
+                                  sizeof full),
+            QKV_ERR_INVALID_ARGUMENT);
+  EXPECT_GT(std::strlen(full), 0u);
+}
+
+// The header's example sentence names the field, its value and the bound.
+TEST(ExplainTest, StrideSentenceNamesFieldValueAndBound) {
+  MisalignedWorkspace ws(kBigWorkspace);
+  Call c;
+  c.desc.k_strides = {112, 56, 7};
+  char buf[256];
+  ASSERT_EQ(c.Explain(ws.data(), ws.size(), buf, sizeof buf),
+            QKV_ERR_INVALID_ARGUMENT);
+  const std::string text(buf);
+  EXPECT_NE(text.find("k_strides.token"), std::string::npos) << text;
+  EXPECT_NE(text.find('7'), std::string::npos) << text;
+  EXPECT_NE(text.find("head_dim"), std::string::npos) << text;
+  EXPECT_NE(text.find('8'), std::string::npos) << text;
+}
+
+// Explain answers for qkv_attention: a workspace one byte short is
+// WORKSPACE_TOO_SMALL, and an unserved element type UNSUPPORTED; it writes
+// no output and leaves the workspace alone.
+TEST(ExplainTest, SameStatusAsTheCall) {
+  Problem p = MakeProblem(2, 8, 2, 65, 300, 64, 64, 17u);
+  p.desc.mask = QKV_MASK_CAUSAL | QKV_MASK_WINDOW;
+  p.desc.window_left = 100;
+  const qkv_attention_desc good = p.Bound();
+  const size_t need = qkv_attention_workspace_size(&good);
+  GuardedBuffer out(NumOut(good)), weights(NumWeights(good)), lse(NumLse(good));
+  char buf[256];
+  if (need > 0) {
+    MisalignedWorkspace short_ws(need - 1);
+    EXPECT_EQ(qkv_attention_explain(&good, p.q.data(), p.k.data(), p.v.data(),
+                                    out.data(), weights.data(), lse.data(),
+                                    short_ws.data(), short_ws.size(), buf,
+                                    sizeof buf),
+              QKV_ERR_WORKSPACE_TOO_SMALL);
+    EXPECT_NE(std::string(buf).find("workspace"), std::string::npos) << buf;
+    EXPECT_TRUE(short_ws.GuardsIntact());
+  }
+  MisalignedWorkspace ws(need);
+  std::vector<unsigned char> ws_before(
+      static_cast<unsigned char*>(ws.data()),
+      static_cast<unsigned char*>(ws.data()) + need);
+  EXPECT_EQ(qkv_attention_explain(&good, p.q.data(), p.k.data(), p.v.data(),
+                                  out.data(), weights.data(), lse.data(),
+                                  ws.data(), ws.size(), buf, sizeof buf),
+            QKV_OK);
+  EXPECT_STREQ(buf, "ok");
+  EXPECT_TRUE(std::equal(ws_before.begin(), ws_before.end(),
+                         static_cast<unsigned char*>(ws.data())))
+      << "explain wrote to the workspace";
+  EXPECT_TRUE(out.BodyUntouched() && weights.BodyUntouched() &&
+              lse.BodyUntouched())
+      << "explain wrote an output";
+  qkv_attention_desc half = good;
+  half.kv_dtype = QKV_DTYPE_F16;
+  EXPECT_EQ(qkv_attention_explain(&half, p.q.data(), p.k.data(), p.v.data(),
+                                  out.data(), weights.data(), lse.data(),
+                                  ws.data(), ws.size(), buf, sizeof buf),
+            QKV_ERR_UNSUPPORTED);
+  EXPECT_NE(std::string(buf).find("kv_dtype"), std::string::npos) << buf;
+  EXPECT_EQ(qkv_attention(&half, p.q.data(), p.k.data(), p.v.data(),
+                          out.data(), weights.data(), lse.data(), ws.data(),
+                          ws.size()),
+            QKV_ERR_UNSUPPORTED);
+  EXPECT_EQ(qkv_attention_f32(&half, p.q.data(), p.k.data(), p.v.data(),
+                              out.data(), weights.data(), lse.data(),
+                              ws.data(), ws.size()),
+            QKV_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(out.BodyUntouched() && weights.BodyUntouched() &&
+              lse.BodyUntouched());
 }
 
 // Shapes with a real workspace need: an invalid descriptor with no
@@ -621,6 +1066,50 @@ TEST_F(StructSizeTest, LargerStructWithZeroTailWorks) {
     const auto* big = reinterpret_cast<const qkv_attention_desc*>(buf.data());
     ExpectSame(full, Run(*big));
   }
+}
+
+// A 0.1 caller (struct_size up to `backend`): the 0.2 fields are not read,
+// whatever they hold (here values that would be refused).
+TEST_F(StructSizeTest, PrefixWithout02FieldsIgnoresThem) {
+  p_.desc.mask = QKV_MASK_CAUSAL;
+  const Outputs full = RunFull();
+  const float nans[4] = {NAN, NAN, NAN, NAN};
+  const int32_t starts[2] = {-1, -1};
+  qkv_attention_desc d = p_.Bound();
+  d.struct_size = offsetof(qkv_attention_desc, kv_dtype);
+  SetRawDtype(&d, 77);
+  d.q_strides = d.k_strides = d.v_strides = {-1, -1, -1};
+  d.out_strides = {0, 0, 1};
+  d.softcap = -1.0f;
+  d.alibi_slopes = nans;
+  d.sinks = nans;
+  d.q_pos = starts;
+  d.kv_start = starts;
+  ExpectSame(full, Run(d));
+}
+
+// A prefix ending before `softcap`: strides and ALiBi are read; softcap,
+// q_pos, sinks and kv_start take their defaults.
+TEST_F(StructSizeTest, PrefixEndingBeforeSoftcapDefaultsTheRest) {
+  p_.desc.mask = QKV_MASK_CAUSAL;
+  const std::vector<float> slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
+  p_.desc.alibi_slopes = slopes.data();
+  const Outputs full = RunFull();
+  const float nans[4] = {NAN, NAN, NAN, NAN};
+  const int32_t pos[2] = {-100, 1000};
+  qkv_attention_desc d = p_.Bound();
+  d.struct_size = offsetof(qkv_attention_desc, softcap);
+  d.softcap = NAN;
+  d.sinks = nans;
+  d.q_pos = pos;
+  d.kv_start = nullptr;
+  ExpectSame(full, Run(d));
+  // And the full descriptor does read q_pos: the results change.
+  qkv_attention_desc read = p_.Bound();
+  read.q_pos = pos;
+  const Outputs moved = Run(read);
+  ASSERT_EQ(moved.status, QKV_OK);
+  EXPECT_FALSE(BitwiseEqual(moved.out, full.out));
 }
 
 }  // namespace

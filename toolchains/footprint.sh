@@ -49,10 +49,15 @@ C
   # Sizes of the input sections kept from libqkv.a (the map lists each).
   read -r text data bss < <(python3 - "$b/fw.map" <<'PY'
 import re, sys
-# Input sections kept in the output, with their size and source archive member.
+# Input sections kept in the output (the memory map, not the discarded
+# ones listed before it), with their size and source archive member.
 sizes = {"text": 0, "data": 0, "bss": 0}
 pending = None
+kept = False  # past the list of discarded input sections
 for line in open(sys.argv[1]):
+    if not kept:
+        kept = line.startswith("Linker script and memory map")
+        continue
     m = re.match(r"^ (\.[\w.$]+)\s+(0x[0-9a-f]+)\s+(0x[0-9a-f]+)\s+(\S+)", line)
     if not m and pending:
         m2 = re.match(r"^\s+(0x[0-9a-f]+)\s+(0x[0-9a-f]+)\s+(\S+)", line)

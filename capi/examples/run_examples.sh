@@ -30,7 +30,7 @@ run() {  # run LOG COMMAND...
 }
 
 bin=$build/capi/examples
-for exe in four_tokens nadaraya_watson kv_cache_decode chunked_context; do
+for exe in four_tokens nadaraya_watson kv_cache_decode llama_decode chunked_context; do
   run "$out/$exe.txt" "$bin/qkv_$exe"
   tail -n 1 "$out/$exe.txt"
 done

@@ -3,10 +3,13 @@
 //
 // The same plan as the reference engine (tasks of 16 query rows of one
 // head, an exact two-pass softmax per row, the same workspace: kv_len
-// floats of scores per worker, so QKV_REFERENCE_WORKSPACE_SIZE holds), with
-// the inner loops in vectors, written so that GCC walks K and V with
-// post-incremented loads and keeps the accumulators in Q registers (the
-// count of executed instructions is what tests/mcu/icount.cc measures):
+// floats of scores per worker, score j at float j, so
+// QKV_REFERENCE_WORKSPACE_SIZE holds), with the inner loops in vectors,
+// written so that GCC walks K and V with post-incremented loads and keeps
+// the accumulators in Q registers (the count of executed instructions is
+// what tests/mcu/icount.cc measures). A row visits only its keys [lo, hi)
+// (src/semantics.h's RowKeys); q, k, v and out are addressed through the
+// Problem's strides, so rows of K and V are k_st and v_st floats apart.
 //  - scores: 4 keys at a time. One q vector is loaded per 4 dimensions and
 //    multiplied into 4 accumulators (one per key), reading K in its natural
 //    layout; the 4 accumulators are reduced to one vector of 4 scores through
@@ -14,12 +17,18 @@
 //    are written 4 at a time and the row's maximum kept in a vector.
 //    Dimensions that are not a multiple of 4 use tail-predicated (zeroing)
 //    loads.
-//  - softmax: exp on 4 lanes (below), sum and smallest value in vectors.
+//  - softcap and ALiBi (off: one test per row, the loops above unchanged):
+//    a pass over the row's scores after them (Epilogue), softcap through
+//    libm's tanhf as in the reference, then the bias, then ALiBi's distance
+//    term 4 keys at a time.
+//  - softmax: exp on 4 lanes (below), sum and smallest value in vectors;
+//    the head's sink enters through FinishRow (src/semantics.h).
 //  - output: 16 columns at a time held in 4 accumulators while the keys
-//    stream by (VFMA by the scalar p_j), scaled by 1/sum and written once;
-//    predicated 4-column passes for the rest. A row with a zero weight (a
-//    hidden or underflowed key) goes key by key instead, so that such a key
-//    never touches out (0 * inf would be NaN), as in the reference.
+//    stream by (VFMA by the scalar p_j), scaled by FinishRow's scale and
+//    written once; predicated 4-column passes for the rest. A row with a
+//    zero weight (a hidden or underflowed key) goes key by key instead, so
+//    that such a key never touches out (0 * inf would be NaN), as in the
+//    reference.
 //  - additive scores use the reference engine's task (tanh is scalar libm).
 //
 // exp: x = n ln2 + r, n = round(x log2 e), |r| <= ln2/2 with ln2 split in
@@ -98,7 +107,7 @@ inline float32x4_t Term(float32x4_t acc, float32x4_t qv, float32x4_t kv) {
   return vfmaq_f32(acc, qv, kv);
 }
 
-// Scores of keys k0..k3 (rows of d floats) against q, as one vector: DOT
+// Scores of keys k0..k3 (d floats each) against q, as one vector: DOT
 // gives q . k_u, GAUSSIAN |q - k_u|^2. The pointers walk the rows with
 // post-incremented loads (one VLDRW per 4 floats, no address arithmetic);
 // dimensions past a multiple of 4 use zeroing tail-predicated loads.
@@ -157,29 +166,80 @@ inline float32x4_t Finish4(float32x4_t s, float factor, const float* bias,
   return vmaxnmq_m_f32(max, max, s, keep);
 }
 
-// Scores of the first n keys of k (rows of d floats) against q into
-// scores[0..n); returns their maximum (-inf when there is none or every
-// score is -inf or NaN).
+// Scores of the first n keys of k (d floats each, rows ks floats apart)
+// against q into scores[0..n); returns their maximum (-inf when there is
+// none or every score is -inf or NaN).
 template <bool kGaussian>
-__attribute__((noinline)) float ScoreRow(const float* q, const float* k, int32_t n, int32_t d,
-               float factor, const float* bias, float* scores) {
+__attribute__((noinline)) float ScoreRow(const float* q, const float* k,
+                                         int32_t n, int32_t d, size_t ks,
+                                         float factor, const float* bias,
+                                         float* scores) {
   float32x4_t max = vdupq_n_f32(-INFINITY);
   int32_t j = n;
   for (; j >= 4; j -= 4) {
-    const float32x4_t s =
-        Scores4<kGaussian>(q, k, k + d, k + 2 * d, k + 3 * d, d);
+    const float* k1 = k + ks;
+    const float* k2 = k1 + ks;
+    const float* k3 = k2 + ks;
+    const float32x4_t s = Scores4<kGaussian>(q, k, k1, k2, k3, d);
     max = Finish4<true>(s, factor, bias, 0, scores, max);
-    k += 4 * d, scores += 4;
+    k = k3 + ks, scores += 4;
     if (bias != nullptr) bias += 4;
   }
   if (j > 0) {
     // Missing keys repeat the first one (never past the caller's K); their
     // lanes are neither stored nor part of the maximum.
-    const float* k1 = j > 1 ? k + d : k;
-    const float* k2 = j > 2 ? k + 2 * d : k;
+    const float* k1 = j > 1 ? k + ks : k;
+    const float* k2 = j > 2 ? k + 2 * ks : k;
     const float32x4_t s = Scores4<kGaussian>(q, k, k1, k2, k, d);
     max = Finish4<false>(s, factor, bias, vctp32q(static_cast<uint32_t>(j)),
                          scores, max);
+  }
+  return vmaxnmvq_f32(-INFINITY, max);
+}
+
+// The score epilogue's softcap and ALiBi (src/semantics.h) on the scores
+// of keys lo..lo+n of a row at position pos, in scores[0..n): softcap
+// (libm's tanhf, as the reference), then the bias (given here only with
+// softcap: otherwise ScoreRow added it), then -slope * |pos - j| with the
+// head's slope (0: none). Returns the new maximum, as ScoreRow. Called
+// only when softcap or ALiBi is on, so the plain rows never pay for it.
+__attribute__((noinline)) float Epilogue(const Problem& p, float slope,
+                                         int64_t pos, int64_t lo,
+                                         const float* bias, int32_t n,
+                                         float* scores) {
+  const float cap = p.softcap;
+  if (cap > 0.0f) {
+    for (int32_t j = 0; j < n; ++j) scores[j] = Softcap(scores[j], cap);
+  }
+  if (bias != nullptr) {
+    for (int32_t j = 0; j < n; ++j) scores[j] = WithBias(scores[j], bias[j]);
+  }
+  float32x4_t max = vdupq_n_f32(-INFINITY);
+  // Distances pos - j fit int32 lanes (and their magnitudes too) when both
+  // ends of the row do, which is all but positions near +-2^31; those go
+  // key by key in int64.
+  const int64_t first = pos - lo, last = pos - (lo + n - 1);
+  const bool lanes = first < INT32_MAX && first > -INT32_MAX &&
+                     last < INT32_MAX && last > -INT32_MAX;
+  if (slope != 0.0f && !lanes) {
+    for (int32_t j = 0; j < n; ++j) {
+      scores[j] = WithAlibi(scores[j], slope, pos, lo + j);
+    }
+    slope = 0.0f;
+  }
+  // pos - j per lane, counting down by 4 per group; vabs and the
+  // conversion give the same float as WithAlibi's int64 distance.
+  int32x4_t dist = vsubq_s32(vdupq_n_s32(static_cast<int32_t>(first)),
+                             vreinterpretq_s32_u32(vidupq_n_u32(0, 1)));
+  for (int32_t j = 0; j < n; j += 4) {
+    const mve_pred16_t t = vctp32q(static_cast<uint32_t>(n - j));
+    float32x4_t s = vldrwq_z_f32(scores + j, t);
+    if (slope != 0.0f) {
+      s = vfmsq_f32(s, vdupq_n_f32(slope), vcvtq_f32_s32(vabsq_s32(dist)));
+      vstrwq_p_f32(scores + j, s, t);
+      dist = vsubq_n_s32(dist, 4);
+    }
+    max = vmaxnmq_m_f32(max, max, s, t);
   }
   return vmaxnmvq_f32(-INFINITY, max);
 }
@@ -219,8 +279,8 @@ __attribute__((noinline)) float ExpRow(float* scores, int32_t n, float max,
 }
 
 // out[c..c+16) = scale * sum_j p_j v_j[c..c+16) over n keys, 16 columns
-// held in 4 accumulators while the keys stream by (v_j = v + j * dv).
-inline void Weighted16(const float* p, const float* v, int32_t n, int32_t dv,
+// held in 4 accumulators while the keys stream by (v_j = v + j * vs).
+inline void Weighted16(const float* p, const float* v, int32_t n, size_t vs,
                        float scale, float* out) {
   float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
   for (int32_t j = n; j > 0; --j) {
@@ -229,7 +289,7 @@ inline void Weighted16(const float* p, const float* v, int32_t n, int32_t dv,
     a1 = vfmaq_n_f32(a1, vld1q_f32(v + 4), pj);
     a2 = vfmaq_n_f32(a2, vld1q_f32(v + 8), pj);
     a3 = vfmaq_n_f32(a3, vld1q_f32(v + 12), pj);
-    v += dv;
+    v += vs;
   }
   vst1q_f32(out, vmulq_n_f32(a0, scale));
   vst1q_f32(out + 4, vmulq_n_f32(a1, scale));
@@ -239,12 +299,12 @@ inline void Weighted16(const float* p, const float* v, int32_t n, int32_t dv,
 
 // The same for columns c..c+4 under predicate t (zeroing loads, so no read
 // past the last value row).
-inline void Weighted4(const float* p, const float* v, int32_t n, int32_t dv,
+inline void Weighted4(const float* p, const float* v, int32_t n, size_t vs,
                       float scale, float* out, mve_pred16_t t) {
   float32x4_t a = vdupq_n_f32(0.0f);
   for (int32_t j = n; j > 0; --j) {
     a = vfmaq_n_f32(a, vldrwq_z_f32(v, t), *p++);
-    v += dv;
+    v += vs;
   }
   vstrwq_p_f32(out, vmulq_n_f32(a, scale), t);
 }
@@ -258,17 +318,19 @@ inline void Accumulate1(float* out, const float* v, float pj, int32_t dv) {
   }
 }
 
-// out = sum_j p_j v_j / sum over the n keys (sum > 0). Without a zero
-// weight, columns are produced 16 at a time in registers and written once;
-// otherwise a hidden key (p_j == 0) must never touch out (0 * inf would be
-// NaN), as in the reference, and rows are accumulated key by key.
-__attribute__((noinline)) void WeightedRow(const float* p, const float* v, int32_t n, int32_t dv,
-                 float inv_sum, bool has_zero, float* out) {
+// out = scale * sum_j p_j v_j over the n keys (v_j = v + j * vs). Without
+// a zero weight, columns are produced 16 at a time in registers and written
+// once; otherwise a hidden key (p_j == 0) must never touch out (0 * inf
+// would be NaN), as in the reference, and rows are accumulated key by key.
+__attribute__((noinline)) void WeightedRow(const float* p, const float* v,
+                                           int32_t n, int32_t dv, size_t vs,
+                                           float scale, bool has_zero,
+                                           float* out) {
   if (!has_zero) {
     int32_t c = 0;
-    for (; c + 16 <= dv; c += 16) Weighted16(p, v + c, n, dv, inv_sum, out + c);
+    for (; c + 16 <= dv; c += 16) Weighted16(p, v + c, n, vs, scale, out + c);
     for (; c < dv; c += 4) {
-      Weighted4(p, v + c, n, dv, inv_sum, out + c,
+      Weighted4(p, v + c, n, vs, scale, out + c,
                 vctp32q(static_cast<uint32_t>(dv - c)));
     }
     return;
@@ -278,77 +340,95 @@ __attribute__((noinline)) void WeightedRow(const float* p, const float* v, int32
                  vctp32q(static_cast<uint32_t>(dv - c)));
   }
   for (int32_t j = 0; j < n; ++j) {
-    if (p[j] != 0.0f) Accumulate1(out, v + j * dv, p[j], dv);
+    if (p[j] != 0.0f) Accumulate1(out, v + j * vs, p[j], dv);
   }
   for (int32_t c = 0; c < dv; c += 4) {
     const mve_pred16_t t = vctp32q(static_cast<uint32_t>(dv - c));
-    vstrwq_p_f32(out + c, vmulq_n_f32(vldrwq_z_f32(out + c, t), inv_sum), t);
+    vstrwq_p_f32(out + c, vmulq_n_f32(vldrwq_z_f32(out + c, t), scale), t);
   }
 }
 
-// The outputs of row `row` past `out`: weights (scores holds the exps of
-// keys [0, visible), sum their total) and lse, when asked for.
+// The outputs of row `row` besides out: weights (scores holds the exps of
+// keys [lo, lo + n), scaled by f.scale, or nothing when no key was seen)
+// and lse, when asked for.
 __attribute__((noinline)) void RowExtras(const Problem& p, size_t row,
-                                         const float* scores, int32_t visible,
-                                         float max_score, float sum) {
+                                         const float* scores, int32_t lo,
+                                         int32_t n, const RowFinish& f) {
   if (p.weights != nullptr) {
-    const RowFinish f = FinishRow(sum);
     const size_t lk = static_cast<size_t>(p.kv_len);
     float* w = p.weights + row * lk;
     for (size_t j = 0; j < lk; ++j) w[j] = 0.0f;
-    const int32_t shown = f.seen ? visible : 0;
-    for (int32_t j = 0; j < shown; j += 4) {
-      const mve_pred16_t t = vctp32q(static_cast<uint32_t>(shown - j));
-      vstrwq_p_f32(w + j, vmulq_n_f32(vldrwq_z_f32(scores + j, t), f.inv_l),
-                   t);
+    w += lo, scores += lo;
+    for (int32_t j = 0; j < n; j += 4) {
+      const mve_pred16_t t = vctp32q(static_cast<uint32_t>(n - j));
+      vstrwq_p_f32(w + j, vmulq_n_f32(vldrwq_z_f32(scores + j, t), f.scale), t);
     }
   }
-  if (p.lse != nullptr) p.lse[row] = RowLse(max_score, sum);
+  if (p.lse != nullptr) p.lse[row] = RowLse(f);
 }
 
-// Query row i of (batch b, head h) against that head's keys k and values v.
-// Index arithmetic is in size_t and int32_t: on a 32-bit MCU every element
-// count of a validated Problem fits size_t, and kv_len fits int32.
-__attribute__((noinline)) void Row(const Problem& p, const float* k,
-                                   const float* v, size_t b, size_t h,
-                                   size_t i, float* scores) {
-  const size_t row = (b * static_cast<size_t>(p.q_heads) + h) *
-                         static_cast<size_t>(p.q_len) + i;
+// What the rows of one task (one query head of one batch) share: where its
+// row 0 lives and how far apart its rows are, so that a row costs a few
+// multiply-adds to find. Index arithmetic is in size_t and int32_t: on a
+// 32-bit MCU every offset of a validated Problem fits size_t, and kv_len
+// fits int32.
+struct Head {
+  const float* q;     // QueryRow(p, b, h, 0), rows q_st apart
+  float* out;         // OutRow(p, b, h, 0), rows out_st apart
+  const float* k;     // KeysOf(p, b, kv head), rows ks apart
+  const float* v;     // ValuesOf(p, b, kv head), rows vs apart
+  const float* bias;  // BiasRow(p, b, h, 0) (rows kv_len apart), or NULL
+  size_t q_st, out_st, ks, vs;
+  size_t row0;  // dense index of row 0 (weights, lse)
+  int64_t b;
+  float factor, slope, sink;  // ScoreFactor, AlibiSlope, RowSink
+};
+
+// Query row i of head `hd` of p.
+__attribute__((noinline)) void Row(const Problem& p, const Head& hd, size_t i,
+                                   float* scores) {
   const int32_t d = static_cast<int32_t>(p.head_dim);
   const int32_t dv = static_cast<int32_t>(p.value_dim);
-  float* out = p.out + row * static_cast<size_t>(dv);
-  // The row's keys are [0, hi): no mask of this version hides a prefix
-  // (RowKeys' lo is 0), and keeping it out of this loop keeps the
-  // firmware's size.
-  const int32_t visible = static_cast<int32_t>(
-      RowKeys(p, static_cast<int64_t>(b), static_cast<int64_t>(i)).hi);
-  {
-    const float* q = p.q + row * static_cast<size_t>(d);
-    const float* bias = BiasRow(p, static_cast<int64_t>(b),
-                                static_cast<int64_t>(h),
-                                static_cast<int64_t>(i));
-    const float max_score =
-        p.score == QKV_SCORE_GAUSSIAN
-            ? ScoreRow<true>(q, k, visible, d, ScoreFactor(p), bias, scores)
-            : ScoreRow<false>(q, k, visible, d, p.scale, bias, scores);  // DOT
-    float sum = 0.0f;
-    bool has_zero = false;
-    if (max_score != -INFINITY) {
-      sum = ExpRow(scores, visible, max_score, &has_zero);
+  const size_t lk = static_cast<size_t>(p.kv_len);
+  const KeyInterval keys = RowKeys(p, hd.b, static_cast<int64_t>(i));
+  const int32_t lo = static_cast<int32_t>(keys.lo);
+  const int32_t n = static_cast<int32_t>(keys.hi - keys.lo);
+  // The row's query and output, and its keys, values, bias and scores from
+  // key lo on.
+  const float* q = hd.q + i * hd.q_st;
+  float* out = hd.out + i * hd.out_st;
+  const float* k = hd.k + static_cast<size_t>(lo) * hd.ks;
+  const float* v = hd.v + static_cast<size_t>(lo) * hd.vs;
+  float* s = scores + lo;
+  const float* bias = hd.bias != nullptr ? hd.bias + i * lk + lo : nullptr;
+  // With softcap the bias comes after it, in Epilogue.
+  const bool capped = p.softcap > 0.0f;
+  const float* score_bias = capped ? nullptr : bias;
+  float max_score =
+      p.score == QKV_SCORE_GAUSSIAN
+          ? ScoreRow<true>(q, k, n, d, hd.ks, hd.factor, score_bias, s)
+          : ScoreRow<false>(q, k, n, d, hd.ks, hd.factor, score_bias, s);
+  if (capped || hd.slope != 0.0f) {
+    const int64_t pos = QueryPos(p, hd.b, static_cast<int64_t>(i));
+    max_score = Epilogue(p, hd.slope, pos, lo, capped ? bias : nullptr, n, s);
+  }
+  float sum = 0.0f;
+  bool has_zero = false;
+  if (max_score != -INFINITY) sum = ExpRow(s, n, max_score, &has_zero);
+  // sum >= 1 whenever a key is visible (the max contributes exp(0)); NaN
+  // scores make it NaN, and the row is then zeros as in the reference.
+  const RowFinish f = FinishRow(max_score, sum, hd.sink);
+  const bool any = sum > 0.0f;
+  if (any) {
+    WeightedRow(s, v, n, dv, hd.vs, f.scale, has_zero, out);
+  } else {
+    for (int32_t c = 0; c < dv; c += 4) {
+      vstrwq_p_f32(out + c, vdupq_n_f32(0.0f),
+                   vctp32q(static_cast<uint32_t>(dv - c)));
     }
-    // sum >= 1 whenever a key is visible (the max contributes exp(0)); NaN
-    // scores make it NaN, and the row is then zeros as in the reference.
-    if (sum > 0.0f) {
-      WeightedRow(scores, v, visible, dv, 1.0f / sum, has_zero, out);
-    } else {
-      for (int32_t c = 0; c < dv; c += 4) {
-        vstrwq_p_f32(out + c, vdupq_n_f32(0.0f),
-                     vctp32q(static_cast<uint32_t>(dv - c)));
-      }
-    }
-    if (p.weights != nullptr || p.lse != nullptr) {
-      RowExtras(p, row, scores, visible, max_score, sum);
-    }
+  }
+  if (p.weights != nullptr || p.lse != nullptr) {
+    RowExtras(p, hd.row0 + i, scores, lo, any ? n : 0, f);
   }
 }
 
@@ -358,17 +438,27 @@ __attribute__((noinline)) void RunRows(const Problem& p, size_t task,
   const size_t q_len = static_cast<size_t>(p.q_len);
   const size_t blocks = (q_len + kTaskRows - 1) / kTaskRows;
   const size_t bh = task / blocks;
-  const size_t b = bh / static_cast<size_t>(p.q_heads);
-  const size_t h = bh % static_cast<size_t>(p.q_heads);
-  const size_t kv_row = b * static_cast<size_t>(p.kv_heads) +
-                        h / static_cast<size_t>(p.group);
-  const size_t lk = static_cast<size_t>(p.kv_len);
-  const float* k = p.k + kv_row * lk * static_cast<size_t>(p.head_dim);
-  const float* v = p.v + kv_row * lk * static_cast<size_t>(p.value_dim);
+  const int64_t h = static_cast<int64_t>(bh % static_cast<size_t>(p.q_heads));
+  const int64_t kvh = h / p.group;
+  Head hd;
+  hd.b = static_cast<int64_t>(bh / static_cast<size_t>(p.q_heads));
+  hd.q = QueryRow(p, hd.b, h, 0);
+  hd.out = OutRow(p, hd.b, h, 0);
+  hd.k = KeysOf(p, hd.b, kvh);
+  hd.v = ValuesOf(p, hd.b, kvh);
+  hd.bias = BiasRow(p, hd.b, h, 0);
+  hd.q_st = static_cast<size_t>(p.q_st);
+  hd.out_st = static_cast<size_t>(p.out_st);
+  hd.ks = static_cast<size_t>(p.k_st);
+  hd.vs = static_cast<size_t>(p.v_st);
+  hd.row0 = bh * q_len;
+  hd.factor = ScoreFactor(p);
+  hd.slope = AlibiSlope(p, h);
+  hd.sink = RowSink(p, h);
   const size_t i0 = (task % blocks) * kTaskRows;
   const size_t i1 = i0 + kTaskRows < q_len ? i0 + kTaskRows : q_len;
   for (size_t i = i0; i < i1; ++i) {
-    Row(p, k, v, b, h, i, reinterpret_cast<float*>(workspace));
+    Row(p, hd, i, reinterpret_cast<float*>(workspace));
   }
 }
 

@@ -213,7 +213,15 @@ struct Flash {
     }
   }
 
-  // softcap * tanh(s / softcap), vector-wise (semantics.h's Softcap).
+  // softcap * tanh(s / softcap), vector-wise (semantics.h's Softcap), as
+  // s times 1 / softcap: InvCap keeps that finite for a subnormal softcap
+  // (1 / 1e-40 is inf in f32, and 0 * inf a NaN), where the tanh is +-1 or
+  // 0 either way.
+  static float InvCap(float cap) {
+    const float inv = 1.0f / cap;
+    return inv < 3.4e38f ? inv : 3.4e38f;
+  }
+
   static QKV_FLASH_INLINE V Softcapped(V s, V cap, V inv_cap) {
     return O::Mul(cap, O::Tanh(O::Mul(s, inv_cap)));
   }
@@ -240,7 +248,7 @@ struct Flash {
     const size_t N = O::Lanes();
     if (terms.softcap > 0.0f) {
       const V cap = O::Set(terms.softcap);
-      const V inv_cap = O::Set(1.0f / terms.softcap);
+      const V inv_cap = O::Set(InvCap(terms.softcap));
       for (int64_t j = 0; j < nb; ++j) {
         float* s = st + j * R;
         O::Store(Softcapped(O::Load(s), cap, inv_cap), s);
@@ -292,7 +300,7 @@ struct Flash {
     const int64_t N = static_cast<int64_t>(O::Lanes());
     const int64_t padded = (nb + N - 1) / N * N;  // st has the room
     if (p.softcap > 0.0f) {
-      const V cap = O::Set(p.softcap), inv_cap = O::Set(1.0f / p.softcap);
+      const V cap = O::Set(p.softcap), inv_cap = O::Set(InvCap(p.softcap));
       for (int64_t j = 0; j < padded; j += N) {
         O::Store(Softcapped(O::Load(st + j), cap, inv_cap), st + j);
       }
@@ -962,14 +970,24 @@ struct Flash {
     const V zero = O::Zero();
     const V neg_inf = O::Set(-INFINITY);
     RowWalker at(p, kvh);
+    // Per head: its first query and output row, ALiBi slope and sink.
+    int64_t head = -1;
+    const float* q_head = nullptr;
+    float* out_head = nullptr;
+    float neg_slope = 0.0f, sink = -INFINITY;
     for (int64_t r = 0; r < task.rows; ++r) {
+      if (at.h != head) {
+        head = at.h;
+        q_head = QueryOf(op, b, head, 0);
+        out_head = OutRow(p, b, head, 0);
+        neg_slope = -AlibiSlope(p, head);
+        sink = RowSink(p, head);
+      }
       const int64_t row = at.Row(p, b);
       const KeyInterval keys = shared ? common : RowKeys(p, b, at.i);
       const float* bias_row = BiasRow(p, b, at.h, at.i);
-      const float* q = QueryOf(op, b, at.h, at.i);
-      float* out = OutRow(p, b, at.h, at.i);
-      const float neg_slope = -AlibiSlope(p, at.h);
-      const float sink = RowSink(p, at.h);
+      const float* q = q_head + at.i * op.q_st;
+      float* out = out_head + at.i * p.out_st;
       const int64_t pos = neg_slope != 0.0f ? QueryPos(p, b, at.i) : 0;
       at.Next(p);
       V s = zero;
@@ -993,7 +1011,7 @@ struct Flash {
       }
       float* tail = tile.tail;
       if (softcap > 0.0f) {
-        s = Softcapped(s, O::Set(softcap), O::Set(1.0f / softcap));
+        s = Softcapped(s, O::Set(softcap), O::Set(InvCap(softcap)));
       }
       if (bias_row != nullptr) {
         for (int64_t j = 0; j < N; ++j) tail[j] = j < lk ? bias_row[j] : 0.0f;

@@ -452,13 +452,13 @@ void BadInputCases() {
   BadCase("null_out", &good, g_q, g_k, g_v, nullptr, g_ws, ws, kInvalid);
   d = good, d.struct_size = 0;
   BadCase("struct_size_0", &d, g_q, g_k, g_v, out, g_ws, ws, kInvalid);
-  d = good, d.kv_len = 0;
-  BadCase("kv_len_0", &d, g_q, g_k, g_v, out, g_ws, ws, kInvalid);
+  d = good, d.kv_len = -1;  // 0 is valid since 0.2
+  BadCase("kv_len_negative", &d, g_q, g_k, g_v, out, g_ws, ws, kInvalid);
   d = good, d.head_dim = -1;
   BadCase("head_dim_negative", &d, g_q, g_k, g_v, out, g_ws, ws, kInvalid);
   d = good, d.q_heads = 3, d.kv_heads = 2;
   BadCase("heads_not_divisible", &d, g_q, g_k, g_v, out, g_ws, ws, kInvalid);
-  d = good, d.mask = 8;
+  d = good, d.mask = 32;  // 8 and 16 are 0.2's WINDOW and KV_START
   BadCase("unknown_mask_bit", &d, g_q, g_k, g_v, out, g_ws, ws, kInvalid);
   d = good;
   const int bad_score = 7;
@@ -541,6 +541,450 @@ void MergeCases() {
         "merge: rows -1");
 }
 
+// ----------------------------------------------------------- 0.2 variants
+// The descriptor fields of 0.2 (strides, positions, window, kv_start,
+// softcap, ALiBi, sinks) on every microcontroller backend, against a
+// double-precision oracle of their own written from include/qkv/qkv.h.
+// Inputs are NaN wherever the strides leave a gap, so a backend that reads
+// one spoils its results; outputs must leave their gaps untouched.
+
+// A [batch][head][token][dim] layout in elements (qkv_strides, all 0: dense).
+struct Layout {
+  int64_t sb, sh, st;
+};
+
+Layout LayoutOf(const qkv_strides& s, int64_t heads, int64_t len, int64_t dim) {
+  if (s.batch == 0 && s.head == 0 && s.token == 0) {
+    return Layout{heads * len * dim, len * dim, dim};
+  }
+  return Layout{s.batch, s.head, s.token};
+}
+
+int64_t At(const Layout& l, int64_t b, int64_t h, int64_t t) {
+  return b * l.sb + h * l.sh + t * l.st;
+}
+
+// One past the last element of the layout (every size positive).
+int64_t Extent(const Layout& l, int64_t batch, int64_t heads, int64_t len,
+               int64_t dim) {
+  return At(l, batch - 1, heads - 1, len - 1) + dim;
+}
+
+Layout QLayout(const qkv_attention_desc& d) {
+  return LayoutOf(d.q_strides, d.q_heads, d.q_len, d.head_dim);
+}
+Layout KLayout(const qkv_attention_desc& d) {
+  return LayoutOf(d.k_strides, d.kv_heads, d.kv_len, d.head_dim);
+}
+Layout VLayout(const qkv_attention_desc& d) {
+  return LayoutOf(d.v_strides, d.kv_heads, d.kv_len, d.value_dim);
+}
+Layout OutLayout(const qkv_attention_desc& d) {
+  return LayoutOf(d.out_strides, d.q_heads, d.q_len, d.value_dim);
+}
+
+// Fills g_q, g_k and g_v for d's layouts: NaN everywhere, then values in
+// [-mag, mag) at the elements the layouts address. Returns false (and
+// fails the case) when a layout does not fit the buffers.
+bool FillVariantInputs(const qkv_attention_desc& d, uint32_t seed, float mag) {
+  const Layout lq = QLayout(d), lk = KLayout(d), lv = VLayout(d);
+  if (Extent(lq, d.batch, d.q_heads, d.q_len, d.head_dim) > kMaxIn ||
+      Extent(lk, d.batch, d.kv_heads, d.kv_len, d.head_dim) > kMaxIn ||
+      Extent(lv, d.batch, d.kv_heads, d.kv_len, d.value_dim) > kMaxIn) {
+    Check(false, "variant inputs too large for the buffers");
+    return false;
+  }
+  const float nan = NAN;
+  for (int i = 0; i < kMaxIn; ++i) g_q[i] = g_k[i] = g_v[i] = nan;
+  g_rng = seed;
+  for (int64_t b = 0; b < d.batch; ++b) {
+    for (int64_t h = 0; h < d.q_heads; ++h) {
+      for (int64_t t = 0; t < d.q_len; ++t) {
+        Fill(g_q + At(lq, b, h, t), static_cast<int>(d.head_dim), mag);
+      }
+    }
+    for (int64_t h = 0; h < d.kv_heads; ++h) {
+      for (int64_t t = 0; t < d.kv_len; ++t) {
+        Fill(g_k + At(lk, b, h, t), static_cast<int>(d.head_dim), mag);
+        Fill(g_v + At(lv, b, h, t), static_cast<int>(d.value_dim), 1.0f);
+      }
+    }
+  }
+  return true;
+}
+
+// g_ref_out (dense [row][value_dim]), g_ref_w and g_ref_lse for d, DOT or
+// GAUSSIAN scores. Positions, masks, the score epilogue and the sink as
+// include/qkv/qkv.h states them.
+void VariantOracle(const qkv_attention_desc& d) {
+  const int64_t group = d.q_heads / d.kv_heads;
+  const int64_t hd = d.head_dim, dv = d.value_dim, lk = d.kv_len;
+  const Layout lq = QLayout(d), lkl = KLayout(d), lv = VLayout(d);
+  for (int64_t b = 0; b < d.batch; ++b) {
+    for (int64_t h = 0; h < d.q_heads; ++h) {
+      for (int64_t i = 0; i < d.q_len; ++i) {
+        const int64_t row = (b * d.q_heads + h) * d.q_len + i;
+        const int64_t pos =
+            d.q_pos != nullptr ? int64_t{d.q_pos[b]} + i : lk - d.q_len + i;
+        const float* q = g_q + At(lq, b, h, i);
+        double mx = -INFINITY;
+        bool any = false;
+        for (int64_t j = 0; j < lk; ++j) {
+          g_visible[j] = 0;
+          if ((d.mask & QKV_MASK_CAUSAL) && j > pos) continue;
+          if (d.mask & QKV_MASK_VALID_LENS) {
+            const int32_t len =
+                d.valid_lens[d.valid_lens_per_query ? b * d.q_len + i : b];
+            if (j >= len) continue;
+          }
+          if (d.mask & QKV_MASK_WINDOW) {
+            if (d.window_left >= 0 && j < pos - d.window_left) continue;
+            if (d.window_right >= 0 && j > pos + d.window_right) continue;
+          }
+          if ((d.mask & QKV_MASK_KV_START) && j < d.kv_start[b]) continue;
+          double bias = 0;
+          if (d.mask & QKV_MASK_BIAS) {
+            const float bv = d.bias[b * d.bias_batch_stride +
+                                    h * d.bias_head_stride + i * lk + j];
+            if (bv == -INFINITY) continue;
+            bias = bv;
+          }
+          const float* k = g_k + At(lkl, b, h / group, j);
+          double s = 0;
+          for (int64_t c = 0; c < hd; ++c) {
+            if (d.score == QKV_SCORE_GAUSSIAN) {
+              const double e = static_cast<double>(q[c]) - k[c];
+              s += e * e;
+            } else {
+              s += static_cast<double>(q[c]) * k[c];
+            }
+          }
+          s *= d.score == QKV_SCORE_GAUSSIAN ? -static_cast<double>(d.scale)
+                                             : d.scale;
+          if (d.softcap > 0) s = d.softcap * tanh(s / d.softcap);
+          s += bias;
+          if (d.alibi_slopes != nullptr) {
+            s -= d.alibi_slopes[h] * fabs(static_cast<double>(pos - j));
+          }
+          g_scores[j] = s;
+          g_visible[j] = 1;
+          if (!any || s > mx) mx = s;
+          any = true;
+        }
+        for (int64_t c = 0; c < dv; ++c) g_ref_out[row * dv + c] = 0;
+        for (int64_t j = 0; j < lk; ++j) g_ref_w[row * lk + j] = 0;
+        g_ref_lse[row] = -INFINITY;
+        const double sink = d.sinks != nullptr ? d.sinks[h] : -INFINITY;
+        const double m = any && mx > sink ? mx : sink;
+        if (m == -INFINITY) continue;  // no key and no sink
+        double den = sink == -INFINITY ? 0 : exp(sink - m);
+        for (int64_t j = 0; j < lk; ++j) {
+          if (g_visible[j]) den += (g_scores[j] = exp(g_scores[j] - m));
+        }
+        g_ref_lse[row] = m + log(den);
+        for (int64_t j = 0; j < lk; ++j) {
+          if (!g_visible[j]) continue;
+          const double p = g_scores[j] / den;
+          g_ref_w[row * lk + j] = p;
+          const float* v = g_v + At(lv, b, h / group, j);
+          for (int64_t c = 0; c < dv; ++c) g_ref_out[row * dv + c] += p * v[c];
+        }
+      }
+    }
+  }
+}
+
+// Runs d (inputs from FillVariantInputs) on the current backend and checks
+// it as RunCase does, out through its layout: every addressed element
+// against the oracle, every gap left as it was.
+void RunVariantCase(const char* name, qkv_attention_desc d) {
+  g_case = name;
+  d.backend = g_backend;
+  const int64_t rows = static_cast<int64_t>(Rows(d));
+  const int64_t dv = d.value_dim;
+  const Layout lo = OutLayout(d);
+  const int64_t n_out = Extent(lo, d.batch, d.q_heads, d.q_len, dv);
+  const int n_w = static_cast<int>(rows * d.kv_len);
+  if (n_out > kMaxOut || n_w > kMaxW || rows > kMaxRows || d.kv_len > kMaxKv ||
+      rows * dv > kMaxOut) {
+    Check(false, "case too large for the buffers");
+    return;
+  }
+  VariantOracle(d);
+
+  const bool mcu_backend =
+      strcmp(g_backend, "reference") == 0 || strcmp(g_backend, "helium") == 0;
+  const size_t ws = qkv_attention_workspace_size(&d);
+  const size_t want_ws = QKV_REFERENCE_WORKSPACE_SIZE(d.kv_len, 0, 1);
+  if (mcu_backend && ws != want_ws) {
+    Fail("workspace query != QKV_REFERENCE_WORKSPACE_SIZE", ws, want_ws);
+  }
+  if (ws == 0 || ws > kMaxWs) {
+    Check(false, "workspace outside the static buffer");
+    return;
+  }
+  float* out = g_out + kGuard;
+  float* w = g_w + kGuard;
+  float* lse = g_lse + kGuard;
+  const int n_o = static_cast<int>(n_out), n_r = static_cast<int>(rows);
+
+  Poison(g_out, n_o);
+  Poison(g_w, n_w);
+  Poison(g_lse, n_r);
+  qkv_status st =
+      qkv_attention_f32(&d, g_q, g_k, g_v, out, w, lse, g_ws + 1, ws - 1);
+  if (st != QKV_ERR_WORKSPACE_TOO_SMALL) Fail("short workspace status", st, 2);
+  Check(Untouched(g_out, n_o, true) && Untouched(g_w, n_w, true) &&
+            Untouched(g_lse, n_r, true),
+        "a refused call wrote an output");
+
+  memset(g_ws, 0xA5, sizeof g_ws);
+  st = qkv_attention_f32(&d, g_q, g_k, g_v, out, w, lse, g_ws + 1, ws);
+  if (st != QKV_OK) {
+    Fail("status", st, 0);
+    return;
+  }
+  Check(g_ws[0] == 0xA5, "wrote before the workspace");
+  for (size_t i = ws + 1; i < ws + 1 + 64 && i < sizeof g_ws; ++i) {
+    if (g_ws[i] != 0xA5) {
+      Check(false, "wrote past the workspace");
+      break;
+    }
+  }
+  Check(Untouched(g_out, n_o, false) && Untouched(g_w, n_w, false) &&
+            Untouched(g_lse, n_r, false),
+        "wrote outside an output");
+
+  // Which elements of out the layout addresses; the rest must keep the
+  // sentinel.
+  static unsigned char addressed[kMaxOut];
+  memset(addressed, 0, sizeof addressed);
+  const Layout lv = VLayout(d);
+  double max_v = 0;
+  for (int64_t b = 0; b < d.batch; ++b) {
+    for (int64_t h = 0; h < d.kv_heads; ++h) {
+      for (int64_t t = 0; t < d.kv_len; ++t) {
+        for (int64_t c = 0; c < dv; ++c) {
+          const double a = fabs(static_cast<double>(g_v[At(lv, b, h, t) + c]));
+          if (a > max_v) max_v = a;
+        }
+      }
+    }
+  }
+  const double tol_out = 5e-5 * (max_v > 0 ? max_v : 1);
+  bool out_ok = true;
+  for (int64_t b = 0; b < d.batch; ++b) {
+    for (int64_t h = 0; h < d.q_heads; ++h) {
+      for (int64_t i = 0; i < d.q_len; ++i) {
+        const int64_t row = (b * d.q_heads + h) * d.q_len + i;
+        for (int64_t c = 0; c < dv; ++c) {
+          const int64_t at = At(lo, b, h, i) + c;
+          addressed[at] = 1;
+          ++g_checks;
+          if (out_ok && !(fabs(out[at] - g_ref_out[row * dv + c]) <= tol_out)) {
+            Fail("out", out[at], g_ref_out[row * dv + c]);
+            out_ok = false;
+          }
+        }
+      }
+    }
+  }
+  for (int64_t at = 0; at < n_out; ++at) {
+    uint32_t bits;
+    memcpy(&bits, &out[at], 4);
+    if (!addressed[at] && bits != kSentinel) {
+      Check(false, "wrote into a gap of out");
+      break;
+    }
+  }
+  for (int i = 0; i < n_w; ++i) {
+    ++g_checks;
+    if (!(fabs(w[i] - g_ref_w[i]) <= 2e-5)) {
+      Fail("weights", w[i], g_ref_w[i]);
+      break;
+    }
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    ++g_checks;
+    const double want = g_ref_lse[i];
+    const bool ok = want == -INFINITY
+                        ? lse[i] == -INFINITY
+                        : fabs(lse[i] - want) <= 1e-5 * (1 + fabs(want));
+    if (!ok) {
+      Fail("lse", lse[i], want);
+      break;
+    }
+  }
+
+  // Three workers, tasks in reverse: the same bits at every addressed
+  // element.
+  static float out2[kMaxOut];
+  size_t workers = 3;
+  qkv_attention_desc dp = d;
+  dp.parallel_for = &ReversePool;
+  dp.parallel_ctx = &workers;
+  dp.num_workers = workers;
+  const size_t ws3 = qkv_attention_workspace_size(&dp);
+  if (ws3 <= sizeof g_ws) {
+    memcpy(out2, out, static_cast<size_t>(n_out) * sizeof(float));
+    for (int64_t at = 0; at < n_out; ++at) {
+      if (addressed[at]) out2[at] = -1.0f;
+    }
+    st = qkv_attention_f32(&dp, g_q, g_k, g_v, out2, nullptr, nullptr, g_ws,
+                           ws3);
+    const size_t bytes = static_cast<size_t>(n_out) * sizeof(float);
+    Check(st == QKV_OK && memcmp(out, out2, bytes) == 0,
+          "3 workers in reverse order differ from one");
+  }
+}
+
+void VariantCases() {
+  static int32_t pos[4], starts[4], lens[4];
+  static float slopes[4], sinks[4];
+  qkv_attention_desc d;
+
+  // Windows: rows see [pos - 3, pos + 1], lo > 0 for all but the first.
+  qkv_attention_desc_init(&d, 1, 4, 2, 6, 13, 5, 6);
+  d.mask = QKV_MASK_WINDOW;
+  d.window_left = 3, d.window_right = 1;
+  if (FillVariantInputs(d, 40, 1.0f)) RunVariantCase("window_lo_gqa2", d);
+  // An unbounded left side and positions before the first key: the first
+  // rows of batch 0 see nothing.
+  qkv_attention_desc_init(&d, 2, 1, 1, 5, 12, 4, 4);
+  d.mask = QKV_MASK_WINDOW;
+  d.window_left = -1, d.window_right = 2;
+  pos[0] = -4, pos[1] = 6;
+  d.q_pos = pos;
+  if (FillVariantInputs(d, 41, 1.0f)) RunVariantCase("window_right_q_pos", d);
+  // Mistral's causal window {w, 0} over 33 keys (vector and task edges).
+  qkv_attention_desc_init(&d, 1, 1, 1, 17, 33, 8, 9);
+  d.mask = QKV_MASK_WINDOW | QKV_MASK_CAUSAL;
+  d.window_left = 6, d.window_right = 0;
+  if (FillVariantInputs(d, 42, 1.0f)) RunVariantCase("window_causal_6", d);
+
+  // Positions: causal from q_pos (past kv_len in batch 2), with valid
+  // lengths.
+  qkv_attention_desc_init(&d, 3, 2, 2, 4, 10, 7, 5);
+  d.mask = QKV_MASK_CAUSAL | QKV_MASK_VALID_LENS;
+  pos[0] = 6, pos[1] = 0, pos[2] = 20;
+  lens[0] = 10, lens[1] = 4, lens[2] = 7;
+  d.q_pos = pos;
+  d.valid_lens = lens;
+  if (FillVariantInputs(d, 43, 1.0f)) RunVariantCase("causal_q_pos", d);
+
+  // kv_start: left padding, batch 2 all padding.
+  qkv_attention_desc_init(&d, 3, 2, 1, 3, 9, 8, 5);
+  d.mask = QKV_MASK_KV_START | QKV_MASK_CAUSAL;
+  starts[0] = 0, starts[1] = 4, starts[2] = 9;
+  d.kv_start = starts;
+  if (FillVariantInputs(d, 44, 1.0f)) RunVariantCase("kv_start_causal", d);
+
+  // Softcap before the bias: logits up to about +-20, capped at 4, then a
+  // bias with -inf entries (row 2 of head 1 wholly hidden).
+  qkv_attention_desc_init(&d, 1, 2, 2, 5, 11, 6, 6);
+  d.scale = 1.0f;
+  d.softcap = 4.0f;
+  d.mask = QKV_MASK_BIAS;
+  g_rng = 45;
+  Fill(g_bias, 2 * 5 * 11, 2.0f);
+  for (int j = 0; j < 11; ++j) g_bias[5 * 11 + 2 * 11 + j] = -INFINITY;
+  g_bias[3] = -INFINITY;
+  d.bias = g_bias;
+  d.bias_head_stride = 5 * 11;
+  if (FillVariantInputs(d, 46, 2.0f)) RunVariantCase("softcap_bias", d);
+  qkv_attention_desc_init(&d, 1, 2, 1, 6, 9, 5, 3);
+  d.score = QKV_SCORE_GAUSSIAN;
+  d.scale = 0.5f;
+  d.softcap = 1.5f;
+  d.mask = QKV_MASK_CAUSAL;
+  if (FillVariantInputs(d, 47, 1.0f)) RunVariantCase("softcap_gaussian", d);
+
+  // ALiBi on both sides of the query's position (no mask), one head with
+  // slope 0.
+  qkv_attention_desc_init(&d, 2, 3, 3, 4, 14, 4, 3);
+  slopes[0] = 0.5f, slopes[1] = 0.0625f, slopes[2] = 0.0f;
+  d.alibi_slopes = slopes;
+  pos[0] = 5, pos[1] = 20;
+  d.q_pos = pos;
+  if (FillVariantInputs(d, 48, 1.0f)) RunVariantCase("alibi_two_sided", d);
+  // After softcap and bias, with causal.
+  qkv_attention_desc_init(&d, 1, 2, 1, 7, 10, 9, 4);
+  d.mask = QKV_MASK_CAUSAL | QKV_MASK_BIAS;
+  g_rng = 49;
+  Fill(g_bias, 7 * 10, 1.0f);
+  d.bias = g_bias;
+  slopes[0] = 0.25f, slopes[1] = 1.0f;
+  d.alibi_slopes = slopes;
+  d.softcap = 3.0f;
+  if (FillVariantInputs(d, 50, 1.5f)) RunVariantCase("alibi_softcap_bias", d);
+  // Positions near +-2^31: distances past int32 (lse shows a wrong one).
+  qkv_attention_desc_init(&d, 2, 2, 1, 4, 8, 4, 4);
+  pos[0] = INT32_MAX - 2, pos[1] = INT32_MIN;
+  d.q_pos = pos;
+  slopes[0] = 1e-9f, slopes[1] = 3e-10f;
+  d.alibi_slopes = slopes;
+  if (FillVariantInputs(d, 51, 1.0f)) RunVariantCase("alibi_far_positions", d);
+
+  // Sinks: a finite one, none (-inf) and one that outweighs the keys; batch
+  // 1 sees no key (out 0, weights 0, lse = the sink).
+  qkv_attention_desc_init(&d, 2, 3, 1, 5, 7, 4, 4);
+  sinks[0] = 0.5f, sinks[1] = -INFINITY, sinks[2] = 4.0f;
+  d.sinks = sinks;
+  d.mask = QKV_MASK_VALID_LENS;
+  lens[0] = 7, lens[1] = 0;
+  d.valid_lens = lens;
+  if (FillVariantInputs(d, 52, 1.0f)) RunVariantCase("sinks_masked_batch", d);
+  // Causal with q_len > kv_len: the first rows see nothing but the sink.
+  qkv_attention_desc_init(&d, 1, 1, 1, 6, 3, 4, 4);
+  sinks[0] = -1.0f;
+  d.sinks = sinks;
+  d.mask = QKV_MASK_CAUSAL;
+  if (FillVariantInputs(d, 53, 1.0f)) RunVariantCase("sink_masked_rows", d);
+
+  // Token-major layouts ([batch][token][head][dim]): K in a cache of
+  // capacity 11 with rows padded to 8 floats, V dense token-major, q
+  // token-major, out token-major with rows padded to 8.
+  qkv_attention_desc_init(&d, 2, 4, 2, 3, 9, 5, 6);
+  d.k_strides.batch = 11 * 2 * 8, d.k_strides.head = 8, d.k_strides.token = 16;
+  d.v_strides.batch = 9 * 2 * 6, d.v_strides.head = 6, d.v_strides.token = 12;
+  d.q_strides.batch = 3 * 4 * 5, d.q_strides.head = 5, d.q_strides.token = 20;
+  d.out_strides.batch = 3 * 4 * 8, d.out_strides.head = 8,
+  d.out_strides.token = 32;
+  d.mask = QKV_MASK_CAUSAL;
+  if (FillVariantInputs(d, 54, 1.0f)) RunVariantCase("strided_token_major", d);
+  // One cache for the whole batch (batch strides 0), 16 columns of V.
+  qkv_attention_desc_init(&d, 3, 2, 1, 2, 12, 4, 17);
+  d.k_strides.batch = 0, d.k_strides.head = 0, d.k_strides.token = 4;
+  d.v_strides.batch = 0, d.v_strides.head = 0, d.v_strides.token = 20;
+  if (FillVariantInputs(d, 55, 1.0f)) RunVariantCase("strided_broadcast_kv", d);
+
+  // Everything at once, strided, GQA 2.
+  qkv_attention_desc_init(&d, 2, 4, 2, 5, 12, 6, 5);
+  d.mask =
+      QKV_MASK_WINDOW | QKV_MASK_KV_START | QKV_MASK_CAUSAL | QKV_MASK_BIAS;
+  d.window_left = 5, d.window_right = 1;
+  starts[0] = 2, starts[1] = 0;
+  d.kv_start = starts;
+  pos[0] = 6, pos[1] = 3;
+  d.q_pos = pos;
+  g_rng = 56;
+  Fill(g_bias, 4 * 5 * 12, 1.0f);
+  g_bias[7] = -INFINITY;
+  d.bias = g_bias;
+  d.bias_batch_stride = 0, d.bias_head_stride = 5 * 12;
+  slopes[0] = 0.125f, slopes[1] = 0.0f, slopes[2] = 0.5f, slopes[3] = 0.03f;
+  d.alibi_slopes = slopes;
+  sinks[0] = 1.0f, sinks[1] = -INFINITY, sinks[2] = -2.0f, sinks[3] = 0.0f;
+  d.sinks = sinks;
+  d.softcap = 5.0f;
+  d.k_strides.batch = 12 * 2 * 8, d.k_strides.head = 8, d.k_strides.token = 16;
+  d.v_strides.batch = 12 * 2 * 5, d.v_strides.head = 12 * 5,
+  d.v_strides.token = 5;
+  d.out_strides.batch = 5 * 4 * 6, d.out_strides.head = 6,
+  d.out_strides.token = 24;
+  if (FillVariantInputs(d, 57, 2.0f)) RunVariantCase("all_variants", d);
+}
+
 }  // namespace
 
 int main() {
@@ -570,6 +1014,17 @@ int main() {
     if (strcmp(g_backend, "reference") == 0 || strcmp(g_backend, "helium") == 0) {
       MergeCases();
     }
+  }
+  for (size_t i = 0; i < qkv_backend_count(); ++i) {
+    g_backend = qkv_backend_name(i);
+    if (strcmp(g_backend, "reference") != 0 &&
+        strcmp(g_backend, "helium") != 0) {
+      continue;
+    }
+    const int before = g_failures;
+    VariantCases();
+    printf("%s: variant cases %s\n", g_backend,
+           g_failures == before ? "passed" : "FAILED");
   }
   g_backend = "reference";
   BadInputCases();  // validation is the boundary's, the same for every backend

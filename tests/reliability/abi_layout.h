@@ -10,7 +10,8 @@
  *    RISC-V ilp32, and most other 32-bit ABIs);
  *  - 32-bit with 4-byte int64_t alignment inside structs (i386 System V).
  * The descriptor only ever grows at its end, so these offsets never change;
- * a new field adds a line and changes only the size. */
+ * a new field adds a line and changes only the size (0.2 added the lines
+ * from kv_dtype on). */
 #ifndef QKV_TESTS_RELIABILITY_ABI_LAYOUT_H_
 #define QKV_TESTS_RELIABILITY_ABI_LAYOUT_H_
 
@@ -42,6 +43,12 @@ QKV_LAYOUT_ASSERT(status_is_32_bit, sizeof(qkv_status) == 4);
 QKV_LAYOUT_ASSERT(float_is_32_bit, sizeof(float) == 4);
 QKV_LAYOUT_ASSERT(struct_size_first,
                   offsetof(qkv_attention_desc, struct_size) == 0);
+QKV_LAYOUT_ASSERT(dtype_is_32_bit, sizeof(qkv_dtype) == 4);
+/* qkv_strides (0.2): three int64_t on every data model. */
+QKV_LAYOUT_ASSERT(strides_size, sizeof(qkv_strides) == 24);
+QKV_LAYOUT_ASSERT(strides_batch, offsetof(qkv_strides, batch) == 0);
+QKV_LAYOUT_ASSERT(strides_head, offsetof(qkv_strides, head) == 8);
+QKV_LAYOUT_ASSERT(strides_token, offsetof(qkv_strides, token) == 16);
 
 #if UINTPTR_MAX == 0xffffffffffffffffu
 /* ---- 64-bit: LP64 (Linux, macOS) and LLP64 (Windows) ---- */
@@ -71,7 +78,24 @@ QKV_PIN(parallel_for, 152);
 QKV_PIN(parallel_ctx, 160);
 QKV_PIN(num_workers, 168);
 QKV_PIN(backend, 176);
-QKV_LAYOUT_ASSERT(size, sizeof(qkv_attention_desc) == 184);
+/* 0.2 */
+QKV_PIN(kv_dtype, 184);
+QKV_PIN(k_scales, 192);
+QKV_PIN(v_scales, 200);
+QKV_PIN(q_strides, 208);
+QKV_PIN(k_strides, 232);
+QKV_PIN(v_strides, 256);
+QKV_PIN(out_strides, 280);
+QKV_PIN(k_scale_strides, 304);
+QKV_PIN(v_scale_strides, 328);
+QKV_PIN(window_left, 352);
+QKV_PIN(window_right, 360);
+QKV_PIN(alibi_slopes, 368);
+QKV_PIN(softcap, 376);
+QKV_PIN(q_pos, 384);
+QKV_PIN(sinks, 392);
+QKV_PIN(kv_start, 400);
+QKV_LAYOUT_ASSERT(size, sizeof(qkv_attention_desc) == 408);
 
 #elif UINTPTR_MAX == 0xffffffffu
 /* ---- 32-bit: size_t and pointers are 4 bytes ---- */
@@ -104,7 +128,24 @@ QKV_PIN(parallel_for, 120);
 QKV_PIN(parallel_ctx, 124);
 QKV_PIN(num_workers, 128);
 QKV_PIN(backend, 132);
-QKV_LAYOUT_ASSERT(size, sizeof(qkv_attention_desc) == 136);
+/* 0.2 */
+QKV_PIN(kv_dtype, 136);
+QKV_PIN(k_scales, 140);
+QKV_PIN(v_scales, 144);
+QKV_PIN(q_strides, 148);
+QKV_PIN(k_strides, 172);
+QKV_PIN(v_strides, 196);
+QKV_PIN(out_strides, 220);
+QKV_PIN(k_scale_strides, 244);
+QKV_PIN(v_scale_strides, 268);
+QKV_PIN(window_left, 292);
+QKV_PIN(window_right, 300);
+QKV_PIN(alibi_slopes, 308);
+QKV_PIN(softcap, 312);
+QKV_PIN(q_pos, 316);
+QKV_PIN(sinks, 320);
+QKV_PIN(kv_start, 324);
+QKV_LAYOUT_ASSERT(size, sizeof(qkv_attention_desc) == 328);
 #else
 /* ARM AAPCS (Cortex-A, Cortex-M), RISC-V ilp32, ...: int64_t members are
  * 8-byte aligned, so padding follows struct_size and the struct ends on a
@@ -133,7 +174,24 @@ QKV_PIN(parallel_for, 124);
 QKV_PIN(parallel_ctx, 128);
 QKV_PIN(num_workers, 132);
 QKV_PIN(backend, 136);
-QKV_LAYOUT_ASSERT(size, sizeof(qkv_attention_desc) == 144);
+/* 0.2 */
+QKV_PIN(kv_dtype, 140);
+QKV_PIN(k_scales, 144);
+QKV_PIN(v_scales, 148);
+QKV_PIN(q_strides, 152);
+QKV_PIN(k_strides, 176);
+QKV_PIN(v_strides, 200);
+QKV_PIN(out_strides, 224);
+QKV_PIN(k_scale_strides, 248);
+QKV_PIN(v_scale_strides, 272);
+QKV_PIN(window_left, 296);
+QKV_PIN(window_right, 304);
+QKV_PIN(alibi_slopes, 312);
+QKV_PIN(softcap, 316);
+QKV_PIN(q_pos, 320);
+QKV_PIN(sinks, 324);
+QKV_PIN(kv_start, 328);
+QKV_LAYOUT_ASSERT(size, sizeof(qkv_attention_desc) == 336);
 #endif
 
 #else

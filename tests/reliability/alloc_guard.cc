@@ -437,6 +437,64 @@ int main() {
     }
   }
 
+  // 3b. The 0.2 variants and layouts through qkv_attention: a token-major
+  // cache with spare capacity, window, kv_start, q_pos, ALiBi, softcap and
+  // sinks, on every backend, both shapes (tile and row path).
+  for (const Shape& s : shapes) {
+    const int64_t cap = s.kv_len + 5;  // the cache's capacity
+    const Inputs in = MakeInputs(s);
+    std::vector<float> k(static_cast<size_t>(s.batch * cap * s.kv_heads *
+                                             s.head_dim), 0.5f);
+    std::vector<float> v(static_cast<size_t>(s.batch * cap * s.kv_heads *
+                                             s.value_dim), 0.25f);
+    const size_t rows = static_cast<size_t>(s.batch * s.q_heads * s.q_len);
+    std::vector<float> out(rows * static_cast<size_t>(s.value_dim));
+    std::vector<float> lse(rows);
+    std::vector<float> slopes(static_cast<size_t>(s.q_heads), 0.125f);
+    std::vector<float> sinks(static_cast<size_t>(s.q_heads), 1.0f);
+    std::vector<int32_t> q_pos(static_cast<size_t>(s.batch), 3);
+    std::vector<int32_t> kv_start(static_cast<size_t>(s.batch), 2);
+    for (const std::string& backend : backends) {
+      qkv_attention_desc d = MakeDesc(s, in, QKV_SCORE_DOT, 0,
+                                      backend.empty() ? nullptr
+                                                      : backend.c_str());
+      d.mask = QKV_MASK_CAUSAL | QKV_MASK_WINDOW | QKV_MASK_KV_START;
+      d.window_left = 40;
+      d.window_right = 0;
+      d.kv_start = kv_start.data();
+      d.q_pos = q_pos.data();
+      d.alibi_slopes = slopes.data();
+      d.softcap = 20.0f;
+      d.sinks = sinks.data();
+      d.k_strides = {cap * s.kv_heads * s.head_dim, s.head_dim,
+                     s.kv_heads * s.head_dim};
+      d.v_strides = {cap * s.kv_heads * s.value_dim, s.value_dim,
+                     s.kv_heads * s.value_dim};
+      pool.Attach(&d);
+      const std::string what = std::string(s.name) + " variants backend=" +
+                               (backend.empty() ? "default" : backend);
+      size_t ws_size = 0;
+      ExpectNoAllocation("qkv_attention_workspace_size " + what,
+                         [&] { ws_size = qkv_attention_workspace_size(&d); });
+      std::vector<unsigned char> ws(ws_size + 1);
+      qkv_status st = QKV_ERR_INVALID_ARGUMENT;
+      char message[200];
+      ExpectNoAllocation("qkv_attention and qkv_attention_explain " + what,
+                         [&] {
+                           st = qkv_attention(&d, in.q.data(), k.data(),
+                                              v.data(), out.data(), nullptr,
+                                              lse.data(), ws.data() + 1,
+                                              ws_size);
+                           (void)qkv_attention_explain(
+                               &d, in.q.data(), k.data(), v.data(),
+                               out.data(), nullptr, lse.data(), ws.data() + 1,
+                               ws_size, message, sizeof message);
+                         });
+      Check(st == QKV_OK, what + ": status " + std::to_string(st));
+      if (st == QKV_OK) ++calls_ok;
+    }
+  }
+
   // 4. Error paths: each returns a status without allocating.
   {
     const Shape s = shapes[0];
@@ -493,6 +551,26 @@ int main() {
                                  out.data(), nullptr, nullptr, ws.data(), need);
       (void)qkv_attention_workspace_size(nullptr);
       (void)qkv_attention_workspace_size(&bad_dims);
+    });
+    // Every sentence qkv_attention_explain formats (numbers, names, a
+    // float), into a message buffer and into one cut short.
+    qkv_attention_desc bad_softcap = good;
+    bad_softcap.softcap = -1.5f;
+    qkv_attention_desc bad_stride = good;
+    bad_stride.k_strides = {1000, 1000, 3};
+    const qkv_attention_desc* explained[] = {
+        nullptr,  &zero_size,   &bad_dims,   &good,      &bad_backend,
+        &newer.d, &nan_scale,   &older,      &bad_softcap, &bad_stride};
+    char message[160];
+    ExpectNoAllocation("qkv_attention_explain", [&] {
+      for (const qkv_attention_desc* d : explained) {
+        (void)qkv_attention_explain(d, in.q.data(), in.k.data(), in.v.data(),
+                                    out.data(), nullptr, nullptr, ws.data(),
+                                    need, message, sizeof message);
+        (void)qkv_attention_explain(d, in.q.data(), in.k.data(), in.v.data(),
+                                    out.data(), nullptr, nullptr, ws.data(),
+                                    need - 1, message, 7);
+      }
     });
     const qkv_status want[9] = {QKV_ERR_INVALID_ARGUMENT,
                                 QKV_ERR_INVALID_ARGUMENT,

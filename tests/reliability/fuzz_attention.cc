@@ -2,8 +2,11 @@
 // bytes (every field, hostile sizes, strides, masks, valid lengths, bias,
 // NaN/Inf scale and inputs, odd struct_size values, tiny or missing
 // workspaces, backend names real and garbage, caller thread pools that run
-// tasks in odd orders), called with exact-size heap buffers so that
-// AddressSanitizer sees any read or write past them.
+// tasks in odd orders, and the 0.2 fields: q/k/v/out strides with gaps and
+// hostile values, window, kv_start, ALiBi slopes, softcap, q_pos, sinks,
+// kv_dtype), called with exact-size heap buffers so that AddressSanitizer
+// sees any read or write past them. Elements of q, k and v that the strides
+// do not address hold a NaN, and out's must keep their bits.
 //
 // Checked on every input:
 //  - the status is one of the four pinned values, and it is the status the
@@ -13,10 +16,11 @@
 //    and compared bit for bit), never calls the caller's pool, and the
 //    workspace query agrees (0 for an invalid descriptor);
 //  - no input buffer changes;
-//  - a call that succeeds wrote every output element, called the pool at
-//    most once, is bitwise identical to the same call without a pool, and,
-//    when every input is finite and no score can overflow, has finite out
-//    and weights in [0, 1] and agrees with the reference engine
+//  - a call that succeeds wrote every output element (and none of out's
+//    gaps), called the pool at most once, is bitwise identical to the same
+//    call without a pool, and, when every input is finite and no score can
+//    overflow, has finite out and weights in [0, 1] and agrees with the
+//    reference engine
 //    (desc.backend = "reference") within the Core bound: 5e-5 * max|v| on
 //    out and 2e-5 on weights (widened only by the propagated f32 rounding of
 //    the scores when scale * |q| * |k| is large; see ScoreErrorBound).
@@ -24,8 +28,10 @@
 // exceeds kCapWork are still called, with tiny buffers and no workspace, when
 // the library must refuse them before reading the data.
 //
-// Input format (bytes read in order; missing bytes read as 0): see Decode().
-// tests/reliability/make_corpus.py writes seeds in this format.
+// Input format (bytes read in order; missing bytes read as 0): see RunOne().
+// tests/reliability/make_corpus.py writes seeds in this format. The 0.2
+// fields come in a block after the seed (items 16-24 below), so inputs
+// written before 0.2 decode as before, with the 0.2 features off.
 //
 // Set QKV_FUZZ_VERBOSE=1 to print each decoded case (for the replay), and
 // QKV_FUZZ_SKIP_BACKENDS=name,name to skip calls forced onto those backends
@@ -155,8 +161,30 @@ const Field kFields[] = {
     QKV_F(parallel_ctx),
     QKV_F(num_workers),
     QKV_F(backend),
+    // 0.2
+    QKV_F(kv_dtype),
+    QKV_F(k_scales),
+    QKV_F(v_scales),
+    QKV_F(q_strides),
+    QKV_F(k_strides),
+    QKV_F(v_strides),
+    QKV_F(out_strides),
+    QKV_F(k_scale_strides),
+    QKV_F(v_scale_strides),
+    QKV_F(window_left),
+    QKV_F(window_right),
+    QKV_F(alibi_slopes),
+    QKV_F(softcap),
+    QKV_F(q_pos),
+    QKV_F(sinks),
+    QKV_F(kv_start),
 };
 #undef QKV_F
+// Fields up to `backend` (0.1): the struct_size table of the input format
+// lists their ends first, so that its indices keep their meaning.
+constexpr size_t kFieldsBefore02 = 24;
+static_assert(sizeof(kFields) / sizeof(kFields[0]) > kFieldsBefore02,
+              "field table");
 
 // What a library reading `size` bytes of `bytes` sees (README: fields wholly
 // inside struct_size are read, the rest default: scale to 1/sqrt(head_dim),
@@ -199,7 +227,8 @@ bool Addressable(int64_t n) {
   return n >= 0 && Mul(n, 4, &bytes);
 }
 
-// Element counts of a descriptor whose sizes are positive.
+// Element counts of a descriptor whose sizes are valid: batch, q_len and
+// kv_len >= 0, the others > 0 (dense counts; the strides come later).
 struct Counts {
   bool ok = false;  // every count fits
   int64_t q, k, v, out, weights, rows, bias, valid_lens, w_qk, w_v;
@@ -207,11 +236,13 @@ struct Counts {
 
 Counts CountsOf(const qkv_attention_desc& e) {
   Counts c;
-  const int64_t sizes[] = {e.batch,  e.q_heads,  e.kv_heads, e.q_len,
-                           e.kv_len, e.head_dim, e.value_dim};
-  for (int64_t s : sizes) {
+  const int64_t positive[] = {e.q_heads, e.kv_heads, e.head_dim,
+                              e.value_dim};
+  for (int64_t s : positive) {
     if (s <= 0) return c;
   }
+  // 0.2: batch, q_len and kv_len may be 0 (an empty call).
+  if (e.batch < 0 || e.q_len < 0 || e.kv_len < 0) return c;
   if (!Mul4(e.batch, e.q_heads, e.q_len, e.head_dim, &c.q) ||
       !Mul4(e.batch, e.kv_heads, e.kv_len, e.head_dim, &c.k) ||
       !Mul4(e.batch, e.kv_heads, e.kv_len, e.value_dim, &c.v) ||
@@ -228,7 +259,7 @@ Counts CountsOf(const qkv_attention_desc& e) {
   c.bias = -1;  // unknown until the strides are checked
   if (e.bias_batch_stride >= 0 && e.bias_head_stride >= 0) {
     int64_t lb, lh, blk;
-    if (Mul(e.batch - 1, e.bias_batch_stride, &lb) &&
+    if (Mul(e.batch > 0 ? e.batch - 1 : 0, e.bias_batch_stride, &lb) &&
         Mul(e.q_heads - 1, e.bias_head_stride, &lh) &&
         Mul(e.q_len, e.kv_len, &blk) && lb <= INT64_MAX - lh &&
         lb + lh <= INT64_MAX - blk && Addressable(lb + lh + blk)) {
@@ -245,6 +276,86 @@ Counts CountsOf(const qkv_attention_desc& e) {
   c.ok = true;
   return c;
 }
+
+// One tensor's layout under the contract (include/qkv/qkv.h, qkv_strides):
+// element (b, h, t, c) at b * sb + h * sh + t * st + c; all three strides 0
+// is dense. Invalid: a negative stride; for an input, a non-zero stride
+// below dim; for out, strides that do not nest (sorted over the dimensions
+// of size > 1, each at least the extent of the ones inside it); offsets
+// that are not addressable.
+struct TensorLayout {
+  bool ok = false;
+  int64_t sb = 0, sh = 0, st = 0;
+  int64_t end = 0;  // one past the last element reached; 0 when empty
+};
+
+TensorLayout LayoutOf(const qkv_strides& given, int64_t n0, int64_t n1,
+                      int64_t n2, int64_t dim, bool output) {
+  TensorLayout t;
+  const bool empty = n0 == 0 || n1 == 0 || n2 == 0;
+  if (given.batch == 0 && given.head == 0 && given.token == 0) {
+    // Dense; the caller checked that the dense count is addressable.
+    t.st = dim;
+    t.sh = n2 * dim;
+    t.sb = n1 * t.sh;
+    t.end = empty ? 0 : n0 * t.sb;
+    t.ok = true;
+    return t;
+  }
+  const int64_t s[3] = {given.batch, given.head, given.token};
+  const int64_t n[3] = {n0, n1, n2};
+  for (int i = 0; i < 3; ++i) {
+    if (s[i] < 0) return t;
+    if (!output && s[i] != 0 && s[i] < dim) return t;
+  }
+  t.sb = s[0];
+  t.sh = s[1];
+  t.st = s[2];
+  if (empty) {
+    t.ok = true;
+    return t;
+  }
+  if (output) {
+    int order[3] = {0, 1, 2};
+    std::sort(order, order + 3, [&](int a, int b) { return s[a] < s[b]; });
+    int64_t extent = dim, span;
+    for (int i : order) {
+      if (n[i] <= 1) continue;
+      if (s[i] < extent) return t;
+      if (!Mul(n[i] - 1, s[i], &span) || extent > INT64_MAX - span) return t;
+      extent += span;
+    }
+  }
+  int64_t last = dim, term;
+  for (int i = 0; i < 3; ++i) {
+    if (!Mul(n[i] - 1, s[i], &term) || last > INT64_MAX - term) return t;
+    last += term;
+  }
+  if (!Addressable(last)) return t;
+  t.end = last;
+  t.ok = true;
+  return t;
+}
+
+struct Layouts {
+  TensorLayout q, k, v, out;
+};
+
+Layouts LayoutsOf(const qkv_attention_desc& e) {
+  Layouts l;
+  l.q = LayoutOf(e.q_strides, e.batch, e.q_heads, e.q_len, e.head_dim, false);
+  l.k = LayoutOf(e.k_strides, e.batch, e.kv_heads, e.kv_len, e.head_dim,
+                 false);
+  l.v = LayoutOf(e.v_strides, e.batch, e.kv_heads, e.kv_len, e.value_dim,
+                 false);
+  l.out = LayoutOf(e.out_strides, e.batch, e.q_heads, e.q_len, e.value_dim,
+                   true);
+  return l;
+}
+
+// Largest q_heads / batch for which the fuzzer passes the per-head and
+// per-batch arrays of 0.2 (the library reads all of them while validating).
+constexpr int64_t kMaxVariantArray = 4096;
 
 // The contract's verdict on a call, from the bad-input table.
 enum Verdict {
@@ -269,13 +380,19 @@ Verdict DescVerdict(size_t struct_size, const qkv_attention_desc& e, bool newer,
                     bool* hostile_workers) {
   *hostile_workers = false;
   if (struct_size < sizeof(size_t) || struct_size > 4096) return kInvalid;
+  // The sizes have no defaults (0 is a valid batch, q_len or kv_len now, so
+  // a prefix without them must be refused as such).
+  if (struct_size < offsetof(qkv_attention_desc, value_dim) +
+                        sizeof(e.value_dim)) {
+    return kInvalid;
+  }
   const Counts c = CountsOf(e);
   if (!c.ok) return kInvalid;  // a size <= 0 or a count that overflows
   if (e.q_heads % e.kv_heads != 0) return kInvalid;
   int32_t score;
   memcpy(&score, &e.score, sizeof score);
   if (score < 0 || score > 2) return kInvalid;
-  if ((e.mask & ~7u) != 0) return kInvalid;
+  if ((e.mask & ~31u) != 0) return kInvalid;  // 8, 16: window, kv_start
   if (!isfinite(e.scale)) return kInvalid;
   if (e.mask & QKV_MASK_VALID_LENS) {
     if (e.valid_lens == nullptr) return kInvalid;
@@ -308,6 +425,30 @@ Verdict DescVerdict(size_t struct_size, const qkv_attention_desc& e, bool newer,
     }
   }
   if (e.parallel_for != nullptr && e.num_workers == 0) return kInvalid;
+  // 0.2. qkv_attention_f32 reads f32 only: any other kv_dtype, valid or
+  // not, is INVALID there (qkv_attention would say UNSUPPORTED for 1-3).
+  int32_t dtype;
+  memcpy(&dtype, &e.kv_dtype, sizeof dtype);
+  if (dtype != QKV_DTYPE_F32) return kInvalid;
+  const Layouts l = LayoutsOf(e);
+  if (!l.q.ok || !l.k.ok || !l.v.ok || !l.out.ok) return kInvalid;
+  if (!(e.softcap >= 0.0f) || !isfinite(e.softcap)) return kInvalid;
+  if (e.alibi_slopes != nullptr) {
+    for (int64_t h = 0; h < e.q_heads; ++h) {
+      if (!isfinite(e.alibi_slopes[h])) return kInvalid;
+    }
+  }
+  if (e.sinks != nullptr) {
+    for (int64_t h = 0; h < e.q_heads; ++h) {
+      if (isnan(e.sinks[h]) || e.sinks[h] == INFINITY) return kInvalid;
+    }
+  }
+  if (e.mask & QKV_MASK_KV_START) {
+    if (e.kv_start == nullptr) return kInvalid;
+    for (int64_t b = 0; b < e.batch; ++b) {
+      if (e.kv_start[b] < 0 || e.kv_start[b] > e.kv_len) return kInvalid;
+    }
+  }
   // Workspace per worker times num_workers may not be addressable: INVALID.
   // With a reasonable pool it always is.
   if (e.parallel_for != nullptr && e.num_workers > 4096) {
@@ -419,9 +560,11 @@ struct Magnitudes {
   bool finite = true;
 };
 
+// `addressed`: NULL, or which elements count (the rest are layout gaps).
 void Scan(const float* x, size_t n, double* max_abs, bool* finite,
-          bool allow_neg_inf = false) {
+          bool allow_neg_inf = false, const uint8_t* addressed = nullptr) {
   for (size_t i = 0; i < n; ++i) {
+    if (addressed != nullptr && addressed[i] == 0) continue;
     if (isfinite(x[i])) {
       *max_abs = std::max(*max_abs, static_cast<double>(fabsf(x[i])));
     } else if (!(allow_neg_inf && x[i] == -INFINITY)) {
@@ -470,6 +613,23 @@ void PrintDesc(const char* what, const qkv_attention_desc& e, size_t ss) {
           (const void*)e.additive_w_q, (const void*)e.additive_w_k,
           (const void*)e.additive_w_v, (void*)e.parallel_for, e.num_workers,
           e.backend ? e.backend : "(null)");
+  int32_t dtype;
+  memcpy(&dtype, &e.kv_dtype, sizeof dtype);
+  const qkv_strides* s[4] = {&e.q_strides, &e.k_strides, &e.v_strides,
+                             &e.out_strides};
+  const char* names[4] = {"q", "k", "v", "out"};
+  fprintf(stderr, "  0.2: kv_dtype=%d", dtype);
+  for (int t = 0; t < 4; ++t) {
+    fprintf(stderr, " %s_strides=%lld,%lld,%lld", names[t],
+            (long long)s[t]->batch, (long long)s[t]->head,
+            (long long)s[t]->token);
+  }
+  fprintf(stderr,
+          " window=%lld,%lld alibi=%p softcap=%g q_pos=%p sinks=%p "
+          "kv_start=%p\n",
+          (long long)e.window_left, (long long)e.window_right,
+          (const void*)e.alibi_slopes, e.softcap, (const void*)e.q_pos,
+          (const void*)e.sinks, (const void*)e.kv_start);
 }
 
 // Runs `d` (full-size, valid) with fresh exact outputs and workspace.
@@ -732,14 +892,21 @@ void RunOne(const uint8_t* data, size_t size) {
   size_t struct_size = sizeof(qkv_attention_desc);
   bool extra_nonzero = false;
   if (struct_mode) {
+    // The 0.1 fields' ends, the sizes past our struct, then (added in 0.2,
+    // at the end so that older inputs keep their meaning) the 0.2 fields'.
     std::vector<size_t> sizes = {0, 1, 4, 7, 8};
-    for (const Field& f : kFields) {
-      sizes.push_back(f.offset + f.size);
-      sizes.push_back(f.offset + f.size - 1);
+    for (size_t i = 0; i < kFieldsBefore02; ++i) {
+      sizes.push_back(kFields[i].offset + kFields[i].size);
+      sizes.push_back(kFields[i].offset + kFields[i].size - 1);
     }
     const size_t n_fixed = sizes.size();
     sizes.insert(sizes.end(), {sizeof d + 1, sizeof d + 8, sizeof d + 8, 4096,
                                4096, 4097, kMaxStruct});
+    for (size_t i = kFieldsBefore02; i < sizeof kFields / sizeof kFields[0];
+         ++i) {
+      sizes.push_back(kFields[i].offset + kFields[i].size);
+      sizes.push_back(kFields[i].offset + kFields[i].size - 1);
+    }
     const uint8_t b = in.U8();
     const size_t idx = b % sizes.size();
     struct_size = sizes[idx];
@@ -751,6 +918,249 @@ void RunOne(const uint8_t* data, size_t size) {
   if (null_mode) null_byte = in.U8();
   // 15. seed
   Rng rng{in.U64() | 1};
+
+  // 16-24. The 0.2 fields. 16: flags, bit0 window, bit1 kv_start, bit2
+  // ALiBi, bit3 softcap, bit4 sinks, bit5 q_pos, bit6 strides, bit7
+  // kv_dtype; then one item per set flag, in this order:
+  //   17 window     two bytes, left and right: < 0xF0 is b % 80 - 10 (a
+  //                 negative side is unbounded), else a hostile value
+  //   18 kv_start   bits0-1 values (random in [0, kv_len], 0, kv_len,
+  //                 random), bit2 one bad value (bits3-4: -1, kv_len + 1,
+  //                 INT32_MIN, INT32_MAX), bit5 NULL
+  //   19 alibi      bits0-2 magnitude, bit3 negative, bit4 one special
+  //                 (bits5-6: NaN, +Inf, -Inf, 1e38)
+  //   20 softcap    b % 16 picks 0, 1, 5, 30, 1e-3, 1e4, 1e30, 1e-40, FLT_MIN,
+  //                 -1, NaN, +Inf, -Inf, -0, 50, or a raw float (4 bytes)
+  //   21 sinks      b % 8: random [-5, 5], +50/-50/-inf/0.75 by head, all
+  //                 -inf, random [-1e4, 1e4], one NaN, one +Inf, +-1e30, 0
+  //   22 q_pos      b % 8: kv_len - q_len, random in [-kv_len - q_len,
+  //                 2 kv_len], 0, -q_len - 3, INT32_MIN, INT32_MAX - q_len
+  //                 + 1, INT32_MAX, random int32
+  //   23 strides    two bits per tensor (q, k, v, out): dense, token-major,
+  //                 padded (gaps), hostile; then for each hostile tensor a
+  //                 byte: b % 8 picks batch -1, token dim - 1, batch 0, head
+  //                 0, token 0, batch INT64_MAX / 2, token INT64_MIN, or three
+  //                 raw int64 (24 bytes follow)
+  //   24 kv_dtype   b % 8: F32, F16, BF16, I8, 4, -1, INT32_MAX, INT32_MIN
+  const uint8_t v_flags = in.U8();
+  if (v_flags & 1) {
+    auto side = [&](uint8_t b) -> int64_t {
+      if (b < 0xF0) return static_cast<int64_t>(b % 80) - 10;
+      const int64_t hostile[] = {INT64_MIN, INT64_MAX, int64_t{1} << 40,
+                                 (int64_t{1} << 40) - 1, -1, 0,
+                                 int64_t{1} << 31};
+      const int idx = (b - 0xF0) % 8;
+      return idx == 7 ? static_cast<int64_t>(in.U64()) : hostile[idx];
+    };
+    d.mask |= QKV_MASK_WINDOW;
+    d.window_left = side(in.U8());
+    d.window_right = side(in.U8());
+  }
+  const uint8_t kv_start_byte = (v_flags & 2) ? in.U8() : 0;
+  if (v_flags & 2) d.mask |= QKV_MASK_KV_START;
+  const uint8_t alibi_byte = (v_flags & 4) ? in.U8() : 0;
+  if (v_flags & 8) {
+    const uint8_t b = in.U8();
+    const float caps[15] = {0.0f,  1.0f,    5.0f,  30.0f,     1e-3f,
+                            1e4f,  1e30f,   1e-40f, FLT_MIN,  -1.0f,
+                            NAN,   INFINITY, -INFINITY, -0.0f, 50.0f};
+    d.softcap = b % 16 == 15 ? in.F32() : caps[b % 16];
+  }
+  const uint8_t sinks_byte = (v_flags & 16) ? in.U8() : 0;
+  const uint8_t q_pos_byte = (v_flags & 32) ? in.U8() : 0;
+  const uint8_t stride_byte = (v_flags & 64) ? in.U8() : 0;
+  uint8_t hostile_stride[4] = {0, 0, 0, 0};
+  int64_t raw_stride[4][3] = {};
+  for (int t = 0; t < 4; ++t) {
+    if (((stride_byte >> (2 * t)) & 3) != 3) continue;
+    hostile_stride[t] = in.U8();
+    if (hostile_stride[t] % 8 == 7) {
+      for (int i = 0; i < 3; ++i) {
+        raw_stride[t][i] = static_cast<int64_t>(in.U64());
+      }
+    }
+  }
+  if (v_flags & 128) {
+    const int32_t dtypes[8] = {QKV_DTYPE_F32, QKV_DTYPE_F16, QKV_DTYPE_BF16,
+                               QKV_DTYPE_I8,  4,             -1,
+                               INT32_MAX,     INT32_MIN};
+    const int32_t dt = dtypes[in.U8() % 8];
+    memcpy(&d.kv_dtype, &dt, sizeof dt);
+  }
+  // Strides from the sizes (the raw ones: a prefix that cuts the sizes is
+  // refused before any stride is read).
+  auto make_strides = [&](int t, int64_t n1, int64_t n2, int64_t dim) {
+    const int mode = (stride_byte >> (2 * t)) & 3;
+    qkv_strides z = {0, 0, 0};
+    if (mode == 0 || n1 <= 0 || n2 < 0 || dim <= 0) return z;
+    const int64_t m2 = n2 > 0 ? n2 : 1;
+    if (mode == 1) {  // token-major
+      int64_t a, b2;
+      if (!Mul(n1, dim, &a) || !Mul(m2, a, &b2)) return z;
+      return qkv_strides{b2, dim, a};
+    }
+    // The dense strides, with gaps after each row, head and batch (mode 2).
+    const int64_t ga = mode == 2 ? static_cast<int64_t>(rng.Next() % 4) : 0;
+    const int64_t gh = mode == 2 ? static_cast<int64_t>(rng.Next() % 7) : 0;
+    const int64_t gb = mode == 2 ? static_cast<int64_t>(rng.Next() % 9) : 0;
+    if (dim > INT64_MAX - 4) return z;
+    const int64_t st = dim + ga;
+    int64_t sh, sb;
+    if (!Mul(m2, st, &sh) || sh > INT64_MAX - gh || !Mul(n1, sh + gh, &sb) ||
+        sb > INT64_MAX - gb) {
+      return z;
+    }
+    sh += gh;
+    sb += gb;
+    if (mode == 2) return qkv_strides{sb, sh, st};
+    qkv_strides h = {sb, sh, st};  // hostile, from the dense strides
+    switch (hostile_stride[t] % 8) {
+      case 0:
+        h.batch = -1;
+        break;
+      case 1:
+        h.token = dim - 1;
+        break;
+      case 2:
+        h.batch = 0;
+        break;
+      case 3:
+        h.head = 0;
+        break;
+      case 4:
+        h.token = 0;
+        break;
+      case 5:
+        h.batch = INT64_MAX / 2;
+        break;
+      case 6:
+        h.token = INT64_MIN;
+        break;
+      default:
+        h = qkv_strides{raw_stride[t][0], raw_stride[t][1], raw_stride[t][2]};
+        break;
+    }
+    return h;
+  };
+  d.q_strides = make_strides(0, d.q_heads, d.q_len, d.head_dim);
+  d.k_strides = make_strides(1, d.kv_heads, d.kv_len, d.head_dim);
+  d.v_strides = make_strides(2, d.kv_heads, d.kv_len, d.value_dim);
+  d.out_strides = make_strides(3, d.q_heads, d.q_len, d.value_dim);
+  // Per-head and per-batch arrays: exactly [q_heads] or [batch] (the
+  // library reads all of them while validating), when that is small.
+  const bool heads_ok = d.q_heads > 0 && d.q_heads <= kMaxVariantArray;
+  const bool batch_ok = d.batch > 0 && d.batch <= kMaxVariantArray;
+  Buf<float> slopes, sinks;
+  Buf<int32_t> kv_start, q_pos;
+  const int64_t kv32 = std::min<int64_t>(std::max<int64_t>(d.kv_len, 0),
+                                         INT32_MAX - 1);
+  const int64_t q32 = std::min<int64_t>(std::max<int64_t>(d.q_len, 0),
+                                        INT32_MAX - 1);
+  if ((v_flags & 2) && batch_ok && !(kv_start_byte & 32)) {
+    kv_start.v.resize(static_cast<size_t>(d.batch));
+    for (int32_t& x : kv_start.v) {
+      switch (kv_start_byte & 3) {
+        case 1:
+          x = 0;
+          break;
+        case 2:
+          x = static_cast<int32_t>(kv32);
+          break;
+        default:
+          x = static_cast<int32_t>(rng.Next() %
+                                   static_cast<uint64_t>(kv32 + 1));
+          break;
+      }
+    }
+    if (kv_start_byte & 4) {
+      const int32_t bad[4] = {-1, static_cast<int32_t>(kv32 + 1), INT32_MIN,
+                              INT32_MAX};
+      kv_start.v[rng.Next() % kv_start.v.size()] =
+          bad[(kv_start_byte >> 3) & 3];
+    }
+  }
+  if ((v_flags & 4) && heads_ok) {
+    const float mags[8] = {0.0f, 1.0f / 256, 0.125f, 0.5f,
+                           1.0f, 8.0f,       100.0f, 1e-30f};
+    const float mag = mags[alibi_byte & 7] * ((alibi_byte & 8) ? -1.0f : 1.0f);
+    slopes.v.resize(static_cast<size_t>(d.q_heads));
+    for (size_t h = 0; h < slopes.v.size(); ++h) {
+      slopes.v[h] = ldexpf(mag, -static_cast<int>(h % 4));
+    }
+    if (alibi_byte & 16) {
+      const float special[4] = {NAN, INFINITY, -INFINITY, 1e38f};
+      slopes.v[rng.Next() % slopes.v.size()] = special[(alibi_byte >> 5) & 3];
+    }
+  }
+  if ((v_flags & 16) && heads_ok) {
+    sinks.v.resize(static_cast<size_t>(d.q_heads));
+    const float mixed[4] = {50.0f, -50.0f, -INFINITY, 0.75f};
+    for (size_t h = 0; h < sinks.v.size(); ++h) {
+      float& x = sinks.v[h];
+      switch (sinks_byte % 8) {
+        case 1:
+          x = mixed[h % 4];
+          break;
+        case 2:
+          x = -INFINITY;
+          break;
+        case 3:
+          x = rng.Uniform(-1e4f, 1e4f);
+          break;
+        case 6:
+          x = h % 2 ? -1e30f : 1e30f;
+          break;
+        case 7:
+          x = 0.0f;
+          break;
+        default:
+          x = rng.Uniform(-5.0f, 5.0f);
+          break;
+      }
+    }
+    if (sinks_byte % 8 == 4) sinks.v[rng.Next() % sinks.v.size()] = NAN;
+    if (sinks_byte % 8 == 5) sinks.v[rng.Next() % sinks.v.size()] = INFINITY;
+  }
+  if ((v_flags & 32) && batch_ok) {
+    q_pos.v.resize(static_cast<size_t>(d.batch));
+    for (int32_t& x : q_pos.v) {
+      int64_t p = 0;
+      switch (q_pos_byte % 8) {
+        case 0:
+          p = kv32 - q32;
+          break;
+        case 1:
+          p = -kv32 - q32 +
+              static_cast<int64_t>(rng.Next() %
+                                   static_cast<uint64_t>(3 * kv32 + q32 + 1));
+          break;
+        case 2:
+          p = 0;
+          break;
+        case 3:
+          p = -q32 - 3;
+          break;
+        case 4:
+          p = INT32_MIN;
+          break;
+        case 5:
+          p = int64_t{INT32_MAX} - q32 + 1;
+          break;
+        case 6:
+          p = INT32_MAX;
+          break;
+        default:
+          p = static_cast<int32_t>(static_cast<uint32_t>(rng.Next()));
+          break;
+      }
+      x = static_cast<int32_t>(
+          std::min<int64_t>(std::max<int64_t>(p, INT32_MIN), INT32_MAX));
+    }
+  }
+  d.kv_start = kv_start.ptr();
+  d.alibi_slopes = slopes.ptr();
+  d.sinks = sinks.ptr();
+  d.q_pos = q_pos.ptr();
 
   // ---- the descriptor's memory: exactly struct_size bytes (at least the
   // size_t the library must read first).
@@ -773,11 +1183,22 @@ void RunOne(const uint8_t* data, size_t size) {
   const bool e_additive = e_score == QKV_SCORE_ADDITIVE;
   const bool e_bias = (e.mask & QKV_MASK_BIAS) != 0;
 
+  // The layouts (q, k, v, out) as the library sees them; their extents
+  // size the buffers (the dense counts when the strides are invalid).
+  const Layouts lay = c.ok ? LayoutsOf(e) : Layouts();
+  auto extent = [&](const TensorLayout& t, int64_t dense) {
+    return t.ok ? t.end : dense;
+  };
+  const int64_t n_q = c.ok ? extent(lay.q, c.q) : 0;
+  const int64_t n_k = c.ok ? extent(lay.k, c.k) : 0;
+  const int64_t n_v = c.ok ? extent(lay.v, c.v) : 0;
+  const int64_t n_out = c.ok ? extent(lay.out, c.out) : 0;
+
   // Does the call fit the caps? Then every buffer is exact and real.
   bool fits = c.ok;
   double floats = 0, work = 0;
   if (fits) {
-    floats = static_cast<double>(c.q) + c.k + c.v + c.out +
+    floats = static_cast<double>(n_q) + n_k + n_v + n_out +
              (want_weights ? c.weights : 0) + (want_lse ? c.rows : 0);
     if (e_bias) floats += c.bias >= 0 ? static_cast<double>(c.bias) : 1e300;
     if (e_additive) {
@@ -819,9 +1240,8 @@ void RunOne(const uint8_t* data, size_t size) {
   // then only runs calls the library must refuse before reading data).
   const size_t kTiny = 16;
   auto count = [&](int64_t n) { return fits ? static_cast<size_t>(n) : kTiny; };
-  Buf<float> q(count(c.ok ? c.q : 0)), k(count(c.ok ? c.k : 0)),
-      v(count(c.ok ? c.v : 0));
-  Buf<float> out(count(c.ok ? c.out : 0));
+  Buf<float> q(count(n_q)), k(count(n_k)), v(count(n_v));
+  Buf<float> out(count(n_out));
   Buf<float> weights(want_weights ? count(c.ok ? c.weights : 0) : 0);
   Buf<float> lse(want_lse ? count(c.ok ? c.rows : 0) : 0);
   Buf<float> bias(e_bias && !bias_null
@@ -886,6 +1306,40 @@ void RunOne(const uint8_t* data, size_t size) {
       if (!b->empty()) (*b)[s.index % b->size()] = kinds[s.kind];
     }
   }
+  // Which elements the strides address; the others (layout gaps) hold the
+  // NaN sentinel in q, k and v, so that reading one shows in the results.
+  auto mark = [&](const TensorLayout& t, int64_t n1, int64_t n2, int64_t dim,
+                  size_t size) {
+    std::vector<uint8_t> m;
+    if (!fits || !t.ok) return m;
+    m.assign(size, 0);
+    for (int64_t b = 0; b < e.batch; ++b) {
+      for (int64_t h = 0; h < n1; ++h) {
+        for (int64_t i = 0; i < n2; ++i) {
+          const int64_t at = b * t.sb + h * t.sh + i * t.st;
+          memset(m.data() + at, 1, static_cast<size_t>(dim));
+        }
+      }
+    }
+    return m;
+  };
+  const std::vector<uint8_t> q_addr =
+      mark(lay.q, e.q_heads, e.q_len, e.head_dim, q.v.size());
+  const std::vector<uint8_t> k_addr =
+      mark(lay.k, e.kv_heads, e.kv_len, e.head_dim, k.v.size());
+  const std::vector<uint8_t> v_addr =
+      mark(lay.v, e.kv_heads, e.kv_len, e.value_dim, v.v.size());
+  const std::vector<uint8_t> out_addr =
+      mark(lay.out, e.q_heads, e.q_len, e.value_dim, out.v.size());
+  auto gaps_to_sentinel = [&](std::vector<float>* x,
+                              const std::vector<uint8_t>& m) {
+    for (size_t i = 0; i < m.size(); ++i) {
+      if (m[i] == 0) memcpy(&(*x)[i], &kSentinelBits, sizeof(float));
+    }
+  };
+  gaps_to_sentinel(&q.v, q_addr);
+  gaps_to_sentinel(&k.v, k_addr);
+  gaps_to_sentinel(&v.v, v_addr);
   d.bias = bias.ptr();  // NULL when bias_null or no bias mask
   if (e_additive) {
     d.additive_w_q = (w_byte & 0x80) && (w_byte & 1) ? nullptr : w_q.ptr();
@@ -908,8 +1362,14 @@ void RunOne(const uint8_t* data, size_t size) {
   float* out_ptr = (null_byte & 16) ? nullptr : out.ptr();
   const unsigned char* desc_ptr = (null_byte & 1) ? nullptr : desc_buf.data();
   const auto* desc = reinterpret_cast<const qkv_attention_desc*>(desc_ptr);
-  if (desc == nullptr || q_ptr == nullptr || k_ptr == nullptr ||
-      v_ptr == nullptr || out_ptr == nullptr) {
+  // batch or q_len 0: nothing to do, no pointer read (0.2). kv_len 0: k
+  // and v are not read. (Empty tensors have NULL buffers here anyway.)
+  const bool empty_call = c.ok && (e.batch == 0 || e.q_len == 0);
+  const bool no_keys = c.ok && e.kv_len == 0;
+  if (desc == nullptr ||
+      (!empty_call &&
+       (q_ptr == nullptr || out_ptr == nullptr ||
+        (!no_keys && (k_ptr == nullptr || v_ptr == nullptr))))) {
     verdict = kInvalid;
   }
 
@@ -953,18 +1413,26 @@ void RunOne(const uint8_t* data, size_t size) {
   if (null_byte & 32) {  // NULL workspace with a non-zero size
     ws_ptr = nullptr;
     if (ws_size == 0) ws_size = 64;
-    verdict = kInvalid;  // README: NULL workspace with a size is INVALID
+    // README: NULL workspace with a size is INVALID; an empty call reads no
+    // pointer at all.
+    if (!empty_call || desc == nullptr) verdict = kInvalid;
   }
 
-  const uint64_t in_hash = Hash(
-      q.v.data(), q.v.size() * 4,
-      Hash(k.v.data(), k.v.size() * 4,
-           Hash(v.v.data(), v.v.size() * 4,
-                Hash(bias.v.data(), bias.v.size() * 4,
-                     Hash(valid_lens.v.data(), valid_lens.v.size() * 4,
-                          Hash(w_q.v.data(), w_q.v.size() * 4,
-                               Hash(w_k.v.data(), w_k.v.size() * 4,
-                                    Hash(w_v.v.data(), w_v.v.size() * 4))))))));
+  auto inputs_hash = [&] {
+    uint64_t h = Hash(q.v.data(), q.v.size() * 4);
+    h = Hash(k.v.data(), k.v.size() * 4, h);
+    h = Hash(v.v.data(), v.v.size() * 4, h);
+    h = Hash(bias.v.data(), bias.v.size() * 4, h);
+    h = Hash(valid_lens.v.data(), valid_lens.v.size() * 4, h);
+    h = Hash(w_q.v.data(), w_q.v.size() * 4, h);
+    h = Hash(w_k.v.data(), w_k.v.size() * 4, h);
+    h = Hash(w_v.v.data(), w_v.v.size() * 4, h);
+    h = Hash(slopes.v.data(), slopes.v.size() * 4, h);
+    h = Hash(sinks.v.data(), sinks.v.size() * 4, h);
+    h = Hash(q_pos.v.data(), q_pos.v.size() * 4, h);
+    return Hash(kv_start.v.data(), kv_start.v.size() * 4, h);
+  };
+  const uint64_t in_hash = inputs_hash();
   const uint64_t desc_hash = Hash(desc_buf.data(), desc_buf.size());
 
   if (Verbose()) {
@@ -987,17 +1455,7 @@ void RunOne(const uint8_t* data, size_t size) {
         "unknown status", st);
   CHECK(Hash(desc_buf.data(), desc_buf.size()) == desc_hash,
         "the descriptor was modified");
-  CHECK(Hash(q.v.data(), q.v.size() * 4,
-             Hash(k.v.data(), k.v.size() * 4,
-                  Hash(v.v.data(), v.v.size() * 4,
-                       Hash(bias.v.data(), bias.v.size() * 4,
-                            Hash(valid_lens.v.data(), valid_lens.v.size() * 4,
-                                 Hash(w_q.v.data(), w_q.v.size() * 4,
-                                      Hash(w_k.v.data(), w_k.v.size() * 4,
-                                           Hash(w_v.v.data(),
-                                                w_v.v.size() * 4)))))))) ==
-            in_hash,
-        "an input buffer was modified");
+  CHECK(inputs_hash() == in_hash, "an input buffer was modified");
   switch (verdict) {
     case kInvalid:
       CHECK(st == QKV_ERR_INVALID_ARGUMENT, "want INVALID_ARGUMENT", st);
@@ -1044,7 +1502,17 @@ void RunOne(const uint8_t* data, size_t size) {
   // ---- a successful call
   CHECK(fits, "OK without real buffers");
   CHECK(pool.calls <= 1, "parallel_for called more than once", pool.calls);
-  CHECK(!AnySentinel(out.v), "an out element was not written");
+  // Every addressed out element written, every gap between them untouched.
+  for (size_t i = 0; i < out.v.size(); ++i) {
+    const bool sentinel = memcmp(&out.v[i], &kSentinelBits, 4) == 0;
+    if (out_addr.empty() || out_addr[i] != 0) {
+      CHECK(!sentinel, "an out element was not written",
+            static_cast<long long>(i));
+    } else {
+      CHECK(sentinel, "an out element outside the strides was written",
+            static_cast<long long>(i));
+    }
+  }
   CHECK(!AnySentinel(weights.v), "a weights element was not written");
   CHECK(!AnySentinel(lse.v), "an lse element was not written");
 
@@ -1066,9 +1534,12 @@ void RunOne(const uint8_t* data, size_t size) {
   // Finite inputs whose scores cannot overflow: finite, sane outputs that
   // agree with the reference engine.
   Magnitudes m;
-  Scan(q.v.data(), q.v.size(), &m.q, &m.finite);
-  Scan(k.v.data(), k.v.size(), &m.k, &m.finite);
-  Scan(v.v.data(), v.v.size(), &m.v, &m.finite);
+  auto addr = [](const std::vector<uint8_t>& a) {
+    return a.empty() ? nullptr : a.data();
+  };
+  Scan(q.v.data(), q.v.size(), &m.q, &m.finite, false, addr(q_addr));
+  Scan(k.v.data(), k.v.size(), &m.k, &m.finite, false, addr(k_addr));
+  Scan(v.v.data(), v.v.size(), &m.v, &m.finite, false, addr(v_addr));
   if (e_bias) Scan(bias.v.data(), bias.v.size(), &m.bias, &m.finite, true);
   if (e_additive) {
     Scan(w_q.v.data(), w_q.v.size(), &m.w, &m.finite);
@@ -1082,6 +1553,37 @@ void RunOne(const uint8_t* data, size_t size) {
   if (!m.finite) return;
   double score_bound = 0, score_error = 0;
   ScoreBounds(e, m, &score_bound, &score_error);
+  // 0.2 terms. softcap: tanh contracts the error, adds a few ulp of the cap
+  // and bounds the score. ALiBi: up to max|slope| * the largest distance
+  // |p - j|, rounded. A sink shifts the max the exponents are taken from.
+  if (e.softcap > 0.0f) {
+    score_bound = std::min(score_bound, static_cast<double>(e.softcap));
+    score_error += 8 * FLT_EPSILON * e.softcap;
+  }
+  if (e.alibi_slopes != nullptr) {
+    double slope = 0, dist = 0;
+    for (int64_t h = 0; h < e.q_heads; ++h) {
+      slope = std::max(slope, fabs(static_cast<double>(e.alibi_slopes[h])));
+    }
+    for (int64_t b = 0; b < e.batch; ++b) {
+      const double p0 = e.q_pos != nullptr
+                            ? static_cast<double>(e.q_pos[b])
+                            : static_cast<double>(e.kv_len - e.q_len);
+      const double p1 = p0 + static_cast<double>(e.q_len - 1);
+      const double last = static_cast<double>(e.kv_len - 1);
+      dist = std::max({dist, fabs(p0), fabs(p1), fabs(p0 - last),
+                       fabs(p1 - last)});
+    }
+    score_bound += slope * dist;
+    score_error += 4 * FLT_EPSILON * slope * dist;
+  }
+  if (e.sinks != nullptr) {
+    for (int64_t h = 0; h < e.q_heads; ++h) {
+      if (isfinite(e.sinks[h])) {
+        score_error += 4 * FLT_EPSILON * fabs(static_cast<double>(e.sinks[h]));
+      }
+    }
+  }
   // Overflow-free: |score + bias| and the differences of two of them stay
   // far below FLT_MAX, and so does sum_j p_j v_j <= kv_len * max|v|.
   const double proj = e_additive ? e.head_dim * m.w * (m.q + m.k) : 0;
@@ -1091,9 +1593,17 @@ void RunOne(const uint8_t* data, size_t size) {
   if (!no_overflow) return;
   const int64_t lk = e.kv_len, dv = e.value_dim;
   for (size_t i = 0; i < out.v.size(); ++i) {
+    if (!out_addr.empty() && out_addr[i] == 0) continue;
     CHECK(isfinite(out.v[i]), "non-finite out from finite inputs",
           static_cast<long long>(i));
   }
+  // Row r = (b, h, i) of out, through its strides.
+  auto out_row = [&](const std::vector<float>& o, size_t r) {
+    const int64_t rr = static_cast<int64_t>(r);
+    const int64_t i = rr % e.q_len, h = (rr / e.q_len) % e.q_heads,
+                  b = rr / (e.q_len * e.q_heads);
+    return o.data() + b * lay.out.sb + h * lay.out.sh + i * lay.out.st;
+  };
   for (size_t i = 0; i < weights.v.size(); ++i) {
     CHECK(weights.v[i] >= 0.0f && weights.v[i] <= 1.0f,
           "weight outside [0, 1] from finite inputs",
@@ -1107,7 +1617,7 @@ void RunOne(const uint8_t* data, size_t size) {
   for (size_t r = 0; r < lse.v.size(); ++r) {
     if (lse.v[r] != -INFINITY) continue;
     for (int64_t c2 = 0; c2 < dv; ++c2) {
-      CHECK(out.v[r * dv + c2] == 0.0f, "masked row with non-zero out");
+      CHECK(out_row(out.v, r)[c2] == 0.0f, "masked row with non-zero out");
     }
     for (int64_t j = 0; j < lk && !weights.v.empty(); ++j) {
       CHECK(weights.v[r * lk + j] == 0.0f, "masked row with non-zero weight");
@@ -1130,6 +1640,12 @@ void RunOne(const uint8_t* data, size_t size) {
   const double w_tol = 2e-5 + 2 * ds;
   const double out_tol = (5e-5 + 4 * ds) * m.v + 1e-37;
   for (size_t i = 0; i < out.v.size(); ++i) {
+    if (!out_addr.empty() && out_addr[i] == 0) {
+      CHECK(memcmp(&r.out[i], &kSentinelBits, 4) == 0,
+            "the reference engine wrote outside out's strides",
+            static_cast<long long>(i));
+      continue;
+    }
     if (!(fabs(static_cast<double>(out.v[i]) - r.out[i]) <= out_tol)) {
       if (Verbose()) PrintDesc("effective", e, struct_size);
       fprintf(stderr, "out[%zu] = %.9g, reference %.9g, tolerance %.3g\n", i,

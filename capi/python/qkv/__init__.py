@@ -24,6 +24,7 @@ If none loads, importing qkv raises ImportError listing every place tried.
 import ctypes
 import ctypes.util
 import math
+import operator
 import os
 import sys
 import sysconfig
@@ -32,6 +33,8 @@ import numpy as np
 
 __all__ = [
     "QkvError",
+    "QkvInvalidArgument",
+    "QkvUnsupported",
     "attention",
     "backend",
     "backends",
@@ -41,8 +44,9 @@ __all__ = [
     "version",
 ]
 
-# The ABI this binding mirrors: qkv_attention_desc as of 0.1.
+# The ABI this binding mirrors: qkv_attention_desc as of 0.2.
 _ABI_MAJOR = 0
+_ABI_MINOR = 2
 
 QKV_OK = 0
 QKV_ERR_INVALID_ARGUMENT = 1
@@ -51,6 +55,8 @@ QKV_ERR_UNSUPPORTED = 3
 
 _SCORES = {"dot": 0, "gaussian": 1, "additive": 2}
 _MASK_CAUSAL, _MASK_VALID_LENS, _MASK_BIAS = 1, 2, 4
+_MASK_WINDOW, _MASK_KV_START = 8, 16
+QKV_DTYPE_F32 = 0
 
 
 # --------------------------------------------------------------------------
@@ -149,6 +155,16 @@ def _load():
         "Tried:\n  %s" % (names[0], names[0], "\n  ".join(tried)))
 
 
+class _Strides(ctypes.Structure):
+    """qkv_strides: of a [batch][head][token][dim] tensor, in elements."""
+
+    _fields_ = [
+        ("batch", ctypes.c_int64),
+        ("head", ctypes.c_int64),
+        ("token", ctypes.c_int64),
+    ]
+
+
 class _Desc(ctypes.Structure):
     """qkv_attention_desc (include/qkv/qkv.h), field for field."""
 
@@ -178,6 +194,23 @@ class _Desc(ctypes.Structure):
         ("num_workers", ctypes.c_size_t),
         # added in 0.1 beyond the fixed contract
         ("backend", ctypes.c_char_p),
+        # added in 0.2
+        ("kv_dtype", ctypes.c_int32),  # enum qkv_dtype
+        ("k_scales", ctypes.c_void_p),  # const float *
+        ("v_scales", ctypes.c_void_p),
+        ("q_strides", _Strides),
+        ("k_strides", _Strides),
+        ("v_strides", _Strides),
+        ("out_strides", _Strides),
+        ("k_scale_strides", _Strides),
+        ("v_scale_strides", _Strides),
+        ("window_left", ctypes.c_int64),
+        ("window_right", ctypes.c_int64),
+        ("alibi_slopes", ctypes.c_void_p),  # const float *
+        ("softcap", ctypes.c_float),
+        ("q_pos", ctypes.c_void_p),  # const int32_t *
+        ("sinks", ctypes.c_void_p),  # const float *
+        ("kv_start", ctypes.c_void_p),  # const int32_t *
     ]
 
 
@@ -199,6 +232,12 @@ def _bind(lib):
     lib.qkv_attention_workspace_size.restype = ctypes.c_size_t
     lib.qkv_attention_f32.argtypes = [ctypes.POINTER(_Desc)] + [ctypes.c_void_p] * 7 + [ctypes.c_size_t]
     lib.qkv_attention_f32.restype = ctypes.c_int
+    # Added in 0.2: the general entry and the sentence saying what is wrong.
+    lib.qkv_attention.argtypes = [ctypes.POINTER(_Desc)] + [ctypes.c_void_p] * 7 + [ctypes.c_size_t]
+    lib.qkv_attention.restype = ctypes.c_int
+    lib.qkv_attention_explain.argtypes = ([ctypes.POINTER(_Desc)] + [ctypes.c_void_p] * 7
+                                          + [ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t])
+    lib.qkv_attention_explain.restype = ctypes.c_int
     # Added in 0.1 after the first builds: a library without it still loads,
     # and merge() says what is missing.
     if hasattr(lib, "qkv_attention_merge_f32"):
@@ -209,12 +248,13 @@ def _bind(lib):
 try:
     _bind(_lib)
 except AttributeError as _exc:  # an old or foreign library
-    raise ImportError("qkv: %s does not export the qkv 0.1 API: %s" % (library_path, _exc))
-if (_lib.qkv_version() >> 16) != _ABI_MAJOR:
-    raise ImportError("qkv: %s is version %s; this binding needs %d.x"
+    raise ImportError("qkv: %s does not export the qkv %d.%d API: %s"
+                      % (library_path, _ABI_MAJOR, _ABI_MINOR, _exc))
+if (_lib.qkv_version() >> 16) != _ABI_MAJOR or ((_lib.qkv_version() >> 8) & 255) < _ABI_MINOR:
+    raise ImportError("qkv: %s is version %s; this binding needs %d.%d or a later %d.x"
                       % (library_path, "%d.%d.%d" % (
                           _lib.qkv_version() >> 16, (_lib.qkv_version() >> 8) & 255,
-                          _lib.qkv_version() & 255), _ABI_MAJOR))
+                          _lib.qkv_version() & 255), _ABI_MAJOR, _ABI_MINOR, _ABI_MAJOR))
 
 
 # --------------------------------------------------------------------------
@@ -245,14 +285,34 @@ def status_string(status):
 class QkvError(RuntimeError):
     """A call returned a status other than QKV_OK.
 
-    `status` is the qkv_status value; the message is qkv_status_string's.
+    `status` is the qkv_status value, `text` qkv_status_string's sentence
+    and `detail` what qkv_attention_explain said (the field and its value),
+    or None. The message is "context: detail: text (qkv_status N)".
     """
 
-    def __init__(self, status, context=""):
+    def __init__(self, status, context="", detail=None):
         self.status = int(status)
         self.text = status_string(status)
+        self.detail = detail or None
         msg = "%s (qkv_status %d)" % (self.text, self.status)
+        if self.detail:
+            msg = "%s: %s" % (self.detail, msg)
         super().__init__("%s: %s" % (context, msg) if context else msg)
+
+
+class QkvInvalidArgument(QkvError, ValueError):
+    """QKV_ERR_INVALID_ARGUMENT: a QkvError that is also a ValueError."""
+
+
+class QkvUnsupported(QkvError, NotImplementedError):
+    """QKV_ERR_UNSUPPORTED (a backend, score or kv_dtype this build or CPU
+    does not serve): a QkvError that is also a NotImplementedError."""
+
+
+def _status_error(status, context="", detail=None):
+    cls = {QKV_ERR_INVALID_ARGUMENT: QkvInvalidArgument,
+           QKV_ERR_UNSUPPORTED: QkvUnsupported}.get(int(status), QkvError)
+    return cls(status, context, detail)
 
 
 __version__ = version()
@@ -351,42 +411,174 @@ def _valid_lens(valid_lens, batch, lq, lk):
     return np.ascontiguousarray(a, dtype=np.int32), per_query
 
 
+def _real(name, x):
+    a = np.asarray(x)
+    if a.dtype.kind not in "fiub":
+        raise TypeError("%s must hold real numbers, got dtype %s" % (name, a.dtype))
+    return a
+
+
+def _layout(a):
+    """qkv_strides (batch, head, token) of a 4-D float32 array, in elements.
+
+    (0, 0, 0) for a dense array (the C ABI's default), the array's own
+    strides for a view the C ABI can address (last dim contiguous, the
+    others non-negative multiples of 4 bytes), None for one it cannot (the
+    caller then copies). The stride of a dim of size 1 is never used for an
+    address; it becomes the span of the others so that it is neither 0 nor
+    smaller than the last dim, whatever numpy put there.
+    """
+    if a.size == 0 or a.flags.c_contiguous:
+        return (0, 0, 0)
+    item = a.itemsize
+    dim = a.shape[3]
+    if not a.flags.aligned or (dim > 1 and a.strides[3] != item):
+        return None
+    outer = []
+    for n, s in zip(a.shape[:3], a.strides[:3]):
+        if n > 1 and (s < 0 or s % item):
+            return None
+        outer.append(s // item if n > 1 else None)
+    span = dim + sum((n - 1) * s for n, s in zip(a.shape[:3], outer) if s is not None)
+    strides = tuple(span if s is None else s for s in outer)
+    # All three 0 would read as dense; a row stride inside a row overlaps
+    # (the C ABI rejects both): copy those.
+    if strides == (0, 0, 0) or any(0 < s < dim for s in strides):
+        return None
+    return strides
+
+
+def _as_4d(a):
+    """a viewed as [B, H, L, D]: leading dims of size 1, never a copy."""
+    return a[(None,) * (4 - a.ndim)]
+
+
+def _per_batch(name, x, batch):
+    """[B] int32 from an int (every batch) or B integers that fit int32."""
+    a = np.asarray(x)
+    if a.dtype.kind == "f":
+        if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
+            raise ValueError("%s must be whole numbers" % name)
+    elif a.dtype.kind not in "iub":
+        raise TypeError("%s must hold integers, got dtype %s" % (name, a.dtype))
+    if a.ndim == 0:
+        a = np.full((batch,), a)
+    if a.shape != (batch,):
+        raise ValueError("%s shape %s must be [B] = [%d]" % (name, list(a.shape), batch))
+    if a.size and (a.min() < -2 ** 31 or a.max() > 2 ** 31 - 1):
+        raise ValueError("%s must fit in int32, got values in [%d, %d]"
+                         % (name, a.min(), a.max()))
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
+def _per_head(name, x, heads):
+    """[H] float32 from a number (every head) or H numbers."""
+    a = _real(name, x)
+    if a.ndim == 0:
+        a = np.full((heads,), a)
+    if a.shape != (heads,):
+        raise ValueError("%s shape %s must be [H] = [%d] (one per query head)"
+                         % (name, list(a.shape), heads))
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def _window_side(name, x):
+    if x is None:
+        return -1
+    try:
+        return int(operator.index(x))
+    except TypeError:
+        raise TypeError("window %s must be an int or None, got %r" % (name, x)) from None
+
+
+def _explain(args):
+    """qkv_attention_explain's sentence for the arguments of a call."""
+    message = ctypes.create_string_buffer(512)
+    _lib.qkv_attention_explain(*args, message, len(message))
+    return message.value.decode(errors="replace")
+
+
 def attention(q, k, v, *, scale=None, causal=False, valid_lens=None, bias=None,
-              score="dot", additive=None, return_weights=False, return_lse=False,
-              backend=None):
-    """softmax(a(q, k) + mask) v with libqkv (qkv_attention_f32).
+              score="dot", additive=None, window=None, alibi_slopes=None, softcap=None,
+              sinks=None, q_pos=None, kv_start=None, out=None, return_weights=False,
+              return_lse=False, backend=None):
+    """softmax(a(q, k) + mask) v with libqkv (qkv_attention).
 
     q: [Lq, D], [H, Lq, D] or [B, H, Lq, D]; k: the same rank with Hkv kv
     heads ([Lk, D], [Hkv, Lk, D], [B, Hkv, Lk, D]) where Hkv divides H (query
     head h reads kv head h // (H // Hkv)); v: like k with its own last dim Dv.
+    B, Lq and Lk may be 0 (Lk 0: every row sees no key).
 
-    scale: None means 1/sqrt(D) (as qkv_attention_desc_init); 0 gives uniform
-        weights. For score="gaussian" Nadaraya-Watson uses scale=0.5.
-    causal: bottom-right aligned, query i sees key j iff j <= i + Lk - Lq.
-    valid_lens: [B] or [B, Lq] integers in [0, Lk]: key j visible iff
-        j < valid length (a scalar is taken for every batch).
+    Layouts: float32 q, k and v are read where they lie, any numpy view
+    whose last dim is contiguous and whose other strides are non-negative
+    multiples of 4 bytes, passed to the library as its strides, not copied:
+    a token-major cache [B, Lk, Hkv, D] as cache.transpose(0, 2, 1, 3), the
+    first Lk rows of a cache with spare capacity, np.broadcast_to of one
+    cache over the batch (stride 0). Other views are copied.
+
+    dtypes: float32 q, k, v give float32 results; if any of them is
+    float64 (numpy's dtype for it: Python floats and lists of them count),
+    out, weights and lse are float64 but computed in float32: the inputs
+    are converted, the accuracy is float32's. Other real dtypes are
+    converted to float32 and give float32 results.
+
+    Position of query i of batch b: p = q_pos[b] + i, or Lk - Lq + i
+    without q_pos. Masks (a key is visible iff every one given allows it):
+    causal: key j visible iff j <= p (bottom-right aligned without q_pos).
+    valid_lens: [B] or [B, Lq] integers in [0, Lk]: j < valid length (a
+        scalar is taken for every batch).
+    window: (left, right): p - left <= j <= p + right; a side that is
+        negative or None is unbounded. None: no window. Mistral's 4096
+        window is (4095, 0).
+    kv_start: [B] integers in [0, Lk] (an int: every batch): j >= kv_start[b],
+        the keys of a left-padded batch before it are hidden from every
+        query and head.
     bias: anything that broadcasts to [B, H, Lq, Lk] (-inf hides a key);
         broadcast dims cost no copy when the [Lq, Lk] block is dense float32.
-    score: "dot" (scale * q.k), "gaussian" (-scale * |q - k|^2) or
-        "additive" (w_v . tanh(W_q q + W_k k)) with additive=(W_q, W_k, w_v),
-        W_q and W_k [hidden, D], w_v [hidden].
+    q_pos: [B] int32 positions of each batch's first query (an int: every
+        batch; negative and past Lk allowed). A ragged batch: valid_lens
+        with q_pos = valid_lens - Lq.
+
+    Scores: score "dot" (scale * q.k), "gaussian" (-scale * |q - k|^2) or
+    "additive" (w_v . tanh(W_q q + W_k k)) with additive=(W_q, W_k, w_v),
+    W_q and W_k [hidden, D], w_v [hidden]. scale: None means 1/sqrt(D);
+    0 gives uniform weights; Nadaraya-Watson is "gaussian" with 0.5. Then:
+    softcap: None or 0 off; c > 0 replaces the score s by c * tanh(s / c)
+        (Gemma 2), before bias and ALiBi.
+    alibi_slopes: [H] (a number: every head) adds -slope[h] * |p - j|.
+    sinks: [H] (a number: every head), a logit in each softmax denominator
+        that carries no value (gpt-oss): weights_j = exp(s_j) / (exp(sink)
+        + sum of exp(s) over the visible keys); -inf: no sink for that head.
+
+    out: None, or an array of the result's shape (q's with the last dim Dv)
+        to write into and return. A float32 view the library can address
+        (as for q above) is written in place and only its elements are
+        touched (the gaps of a strided view stay as they were); anything
+        else is filled from a temporary. It must not overlap q, k or v.
     backend: None for the default (qkv.backend()), or a name from
         qkv.backends() to force one.
 
-    Returns out, shaped like q with the last dim Dv; with return_weights
-    and/or return_lse a tuple (out, weights), (out, lse) or (out, weights,
-    lse): weights shaped like q with the last dim Lk, lse shaped like q
-    without its last dim ([Lq], [H, Lq] or [B, H, Lq]), the natural log of
-    the sum of exp of each row's visible scores (-inf for a row that sees
-    no key). (out, lse) of calls over disjoint key sets combine with
-    qkv.merge into the result over all their keys. Input of any real dtype
-    and any strides is converted to dense float32; the outputs are float32.
-    A bad shape raises ValueError naming it; a status other than QKV_OK
-    raises QkvError with qkv_status_string's text.
+    Returns out; with return_weights and/or return_lse a tuple (out,
+    weights), (out, lse) or (out, weights, lse): weights shaped like q with
+    the last dim Lk (0 for hidden keys), lse shaped like q without its last
+    dim, the natural log of the sum of exp of each row's visible scores and
+    its sink (-inf for a row that sees no key and has no sink, whose out
+    and weights are 0). (out, lse) of calls over disjoint key sets combine
+    with qkv.merge into the result over all their keys.
+
+    Errors: a bad shape or dtype raises ValueError or TypeError naming it;
+    a status other than QKV_OK raises QkvError with the library's sentence
+    naming the field and its value (qkv_attention_explain), e.g. "softcap
+    (-1) is negative": QKV_ERR_INVALID_ARGUMENT as QkvInvalidArgument (also
+    a ValueError), QKV_ERR_UNSUPPORTED as QkvUnsupported (also a
+    NotImplementedError). Nothing is written to out then.
     """
-    q = _as_f32("q", q)
-    k = _as_f32("k", k)
-    v = _as_f32("v", v)
+    q, k, v = _real("q", q), _real("k", k), _real("v", v)
+    wide = any(a.dtype == np.float64 for a in (q, k, v))
+    result_dtype = np.float64 if wide else np.float32
+    # float32 stays where it is; anything else becomes a dense float32 copy.
+    q, k, v = (a if a.dtype == np.float32 else np.ascontiguousarray(a, dtype=np.float32)
+               for a in (q, k, v))
     if q.ndim not in (2, 3, 4):
         raise ValueError("q must be [Lq, D], [H, Lq, D] or [B, H, Lq, D]; got %d dims %s"
                          % (q.ndim, list(q.shape)))
@@ -394,15 +586,14 @@ def attention(q, k, v, *, scale=None, causal=False, valid_lens=None, bias=None,
         if a.ndim != q.ndim:
             raise ValueError("%s has %d dims %s but q has %d %s: k and v need q's rank"
                              % (name, a.ndim, list(a.shape), q.ndim, list(q.shape)))
-    q4 = q.reshape((1,) * (4 - q.ndim) + q.shape)
-    k4 = k.reshape((1,) * (4 - k.ndim) + k.shape)
-    v4 = v.reshape((1,) * (4 - v.ndim) + v.shape)
+    q4, k4, v4 = _as_4d(q), _as_4d(k), _as_4d(v)
     batch, heads, lq, d = q4.shape
     _, kv_heads, lk, _ = k4.shape
     dv = v4.shape[3]
-    if 0 in q.shape or 0 in k.shape or 0 in v.shape:
-        raise ValueError("empty dimension: q %s, k %s, v %s (every size must be >= 1)"
-                         % (list(q.shape), list(k.shape), list(v.shape)))
+    if min(heads, kv_heads, d, dv, v4.shape[1]) < 1:
+        raise ValueError("empty dimension: q %s, k %s, v %s (heads, D and Dv must be >= 1; "
+                         "only B, Lq and Lk may be 0)" % (list(q.shape), list(k.shape),
+                                                         list(v.shape)))
     if k4.shape[0] != batch or v4.shape[0] != batch:
         raise ValueError("batch mismatch: q has B=%d, k %d, v %d"
                          % (batch, k4.shape[0], v4.shape[0]))
@@ -420,13 +611,23 @@ def attention(q, k, v, *, scale=None, causal=False, valid_lens=None, bias=None,
     if score_key not in _SCORES:
         raise ValueError('score must be "dot", "gaussian" or "additive", got %r' % (score,))
 
-    desc = _Desc()
+    desc = _Desc()  # ctypes zero-fills: f32, dense, no window, no ALiBi, ...
     desc.struct_size = ctypes.sizeof(_Desc)
     desc.batch, desc.q_heads, desc.kv_heads = batch, heads, kv_heads
     desc.q_len, desc.kv_len, desc.head_dim, desc.value_dim = lq, lk, d, dv
     desc.score = _SCORES[score_key]
     desc.scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    desc.kv_dtype = QKV_DTYPE_F32
     keep = []  # arrays the descriptor points into, alive until the call returns
+    tensors = []
+    for name, a in (("q", q4), ("k", k4), ("v", v4)):
+        strides = _layout(a)
+        if strides is None:
+            a = np.ascontiguousarray(a)
+            strides = (0, 0, 0)
+        tensors.append(a)
+        setattr(desc, name + "_strides", _Strides(*strides))
+    q4, k4, v4 = tensors
     if causal:
         desc.mask |= _MASK_CAUSAL
     if valid_lens is not None:
@@ -441,6 +642,33 @@ def attention(q, k, v, *, scale=None, causal=False, valid_lens=None, bias=None,
         desc.mask |= _MASK_BIAS
         desc.bias = _ptr(b)
         desc.bias_batch_stride, desc.bias_head_stride = bs, hs
+    if window is not None:
+        try:
+            left, right = window
+        except (TypeError, ValueError):
+            raise ValueError("window must be (left, right), got %r" % (window,)) from None
+        desc.mask |= _MASK_WINDOW
+        desc.window_left = _window_side("left", left)
+        desc.window_right = _window_side("right", right)
+    if kv_start is not None:
+        ks = _per_batch("kv_start", kv_start, batch)
+        keep.append(ks)
+        desc.mask |= _MASK_KV_START
+        desc.kv_start = _ptr(ks)
+    if q_pos is not None:
+        qp = _per_batch("q_pos", q_pos, batch)
+        keep.append(qp)
+        desc.q_pos = _ptr(qp)
+    if alibi_slopes is not None:
+        slopes = _per_head("alibi_slopes", alibi_slopes, heads)
+        keep.append(slopes)
+        desc.alibi_slopes = _ptr(slopes)
+    if sinks is not None:
+        sk = _per_head("sinks", sinks, heads)
+        keep.append(sk)
+        desc.sinks = _ptr(sk)
+    if softcap is not None:
+        desc.softcap = float(softcap)  # the library checks it: > 0, or 0 for off
     if score_key == "additive":
         if additive is None or len(additive) != 3:
             raise ValueError('score="additive" needs additive=(W_q, W_k, w_v)')
@@ -463,19 +691,47 @@ def attention(q, k, v, *, scale=None, causal=False, valid_lens=None, bias=None,
         keep.append(name)
         desc.backend = name
 
-    out = np.empty(q.shape[:-1] + (dv,), dtype=np.float32)
+    shape = q.shape[:-1] + (dv,)
+    if out is None:
+        result = np.empty(shape, dtype=result_dtype)
+    else:
+        if not isinstance(out, np.ndarray):
+            raise TypeError("out must be a numpy array, got %s" % type(out).__name__)
+        if out.shape != shape:
+            raise ValueError("out is %s but the result is %s (q's shape with the last dim Dv)"
+                             % (list(out.shape), list(shape)))
+        if out.dtype.kind != "f":
+            raise TypeError("out must be a float array, got dtype %s" % out.dtype)
+        if not out.flags.writeable:
+            raise ValueError("out is read-only")
+        result = out
+    # target: what the library writes, result itself when it can address it.
+    target, out_strides = None, None
+    if result.dtype == np.float32:
+        out_strides = _layout(_as_4d(result))
+        if out_strides is not None:
+            target = result
+    if target is None:
+        target, out_strides = np.empty(shape, dtype=np.float32), (0, 0, 0)
+    desc.out_strides = _Strides(*out_strides)
     weights = np.empty(q.shape[:-1] + (lk,), dtype=np.float32) if return_weights else None
     lse = np.empty(q.shape[:-1], dtype=np.float32) if return_lse else None
     nbytes = _lib.qkv_attention_workspace_size(ctypes.byref(desc))
     workspace = np.empty(nbytes, dtype=np.uint8) if nbytes else None
-    status = _lib.qkv_attention_f32(ctypes.byref(desc), _ptr(q), _ptr(k), _ptr(v), _ptr(out),
-                                    _ptr(weights), _ptr(lse), _ptr(workspace), nbytes)
-    del keep
+    args = (ctypes.byref(desc), _ptr(q4), _ptr(k4), _ptr(v4), _ptr(target), _ptr(weights),
+            _ptr(lse), _ptr(workspace), nbytes)
+    status = _lib.qkv_attention(*args)
     if status != QKV_OK:
-        raise QkvError(status, "qkv_attention_f32")
+        raise _status_error(status, "qkv_attention", _explain(args))
+    del keep, tensors, args
+    if target is not result:
+        np.copyto(result, target)
+    if wide:
+        weights = None if weights is None else weights.astype(np.float64)
+        lse = None if lse is None else lse.astype(np.float64)
     if not (return_weights or return_lse):
-        return out
-    return (out,) + ((weights,) if return_weights else ()) + ((lse,) if return_lse else ())
+        return result
+    return (result,) + ((weights,) if return_weights else ()) + ((lse,) if return_lse else ())
 
 
 # --------------------------------------------------------------------------
@@ -505,13 +761,16 @@ def merge(out_a, lse_a, out_b, lse_b):
     rounding: merging shards in a fixed order gives fixed bits.
 
     The inputs are not modified. Input of any real dtype and any strides is
-    converted to dense float32; the outputs are float32. A bad shape raises
-    ValueError naming it; a status other than QKV_OK raises QkvError with
-    qkv_status_string's text.
+    converted to dense float32 and merged in float32; out and lse are
+    float32, or float64 when any of the four inputs is float64 (numpy's
+    dtype for it: Python floats and lists of them count). A bad shape
+    raises ValueError naming it; a status other than QKV_OK raises QkvError
+    with qkv_status_string's text.
     """
     if not hasattr(_lib, "qkv_attention_merge_f32"):
         raise RuntimeError("qkv.merge: %s does not export qkv_attention_merge_f32; "
                            "rebuild or reinstall libqkv" % library_path)
+    wide = any(np.asarray(x).dtype == np.float64 for x in (out_a, lse_a, out_b, lse_b))
     oa = _dense_f32("out_a", out_a)
     la = _dense_f32("lse_a", lse_a)
     # b is merged in place: always a fresh array, never the caller's.
@@ -535,7 +794,9 @@ def merge(out_a, lse_a, out_b, lse_b):
     rows = int(np.prod(lead, dtype=np.int64))
     status = _lib.qkv_attention_merge_f32(rows, dv, _ptr(oa), _ptr(la), _ptr(ob), _ptr(lb))
     if status != QKV_OK:
-        raise QkvError(status, "qkv_attention_merge_f32")
+        raise _status_error(status, "qkv_attention_merge_f32")
+    if wide:
+        return ob.astype(np.float64), lb.astype(np.float64)
     return ob, lb
 
 

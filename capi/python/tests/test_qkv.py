@@ -45,11 +45,14 @@ def as4(a):
 
 
 def reference(q, k, v, scale=None, causal=False, valid_lens=None, bias=None, score="dot",
-              additive=None, with_lse=False):
-    """Attention in float64, written from the README's semantics.
+              additive=None, window=None, alibi_slopes=None, softcap=None, sinks=None,
+              q_pos=None, kv_start=None, with_lse=False):
+    """Attention in float64, written from the README's and qkv.h's semantics.
 
     Returns (out, weights), or (out, weights, lse) with with_lse: lse is
-    log(sum_j exp(s_j)) over each row's visible keys, -inf if it has none.
+    log(exp(sink) + sum_j exp(s_j)) over each row's visible keys, -inf if
+    it has none and no sink. The per-head and scalar parameters are rounded
+    to float32 first, as the library receives them.
     """
     shape = np.shape(q)
     q, k, v = as4(q), as4(k), as4(v)
@@ -60,6 +63,7 @@ def reference(q, k, v, scale=None, causal=False, valid_lens=None, bias=None, sco
     v = np.repeat(v, group, axis=1)
     if scale is None:
         scale = 1.0 / math.sqrt(d)
+    scale = float(np.float32(scale))
     if score == "dot":
         s = scale * np.einsum("bhid,bhjd->bhij", q, k)
     elif score == "gaussian":
@@ -70,26 +74,50 @@ def reference(q, k, v, scale=None, causal=False, valid_lens=None, bias=None, sco
         qp = q @ w_q.T
         kp = k @ w_k.T
         s = np.tanh(qp[:, :, :, None, :] + kp[:, :, None, :, :]) @ w_v
+    s = s.reshape(b, h, lq, lk)
+    if softcap:
+        c = float(np.float32(softcap))
+        s = c * np.tanh(s / c)
+    # positions: p[b, i] = q_pos[b] + i, or lk - lq + i
+    first = (np.full(b, lk - lq) if q_pos is None
+             else np.broadcast_to(np.asarray(q_pos, dtype=np.int64), (b,)))
+    pos = (first[:, None] + np.arange(lq)[None, :])[:, None, :, None]  # [b, 1, lq, 1]
+    key = np.arange(lk)[None, None, None, :]
     visible = np.ones((b, h, lq, lk), dtype=bool)
-    i = np.arange(lq)[:, None]
-    j = np.arange(lk)[None, :]
     if causal:
-        visible &= j <= i + lk - lq
+        visible &= key <= pos
     if valid_lens is not None:
         vl = np.asarray(valid_lens)
         if vl.ndim == 0:
             vl = np.full((b,), vl)
         if vl.ndim == 1:
             vl = np.repeat(vl[:, None], lq, axis=1)
-        visible &= j[None, None] < vl[:, None, :, None]
+        visible &= key < vl[:, None, :, None]
+    if window is not None:
+        left, right = window
+        if left is not None and left >= 0:
+            visible &= key >= pos - left
+        if right is not None and right >= 0:
+            visible &= key <= pos + right
+    if kv_start is not None:
+        ks = np.broadcast_to(np.asarray(kv_start), (b,))
+        visible &= key >= ks[:, None, None, None]
     if bias is not None:
-        s = s + np.broadcast_to(as4(bias), s.shape)
-        visible &= np.isfinite(s)
+        full = np.broadcast_to(as4(bias), s.shape)
+        visible &= full != -np.inf
+        s = s + np.where(np.isfinite(full), full, 0.0)
+    if alibi_slopes is not None:
+        slopes = np.broadcast_to(np.float32(alibi_slopes).astype(np.float64), (h,))
+        s = s - slopes[None, :, None, None] * np.abs(pos - key)
+    sink = np.full(h, -np.inf)
+    if sinks is not None:
+        sink = np.broadcast_to(np.float32(sinks).astype(np.float64), (h,))
+    sink = np.broadcast_to(sink[None, :, None, None], (b, h, lq, 1))
     s = np.where(visible, s, -np.inf)
-    m = np.max(s, axis=-1, keepdims=True)
+    m = np.maximum(np.max(s, axis=-1, keepdims=True, initial=-np.inf), sink)
     m = np.where(np.isfinite(m), m, 0.0)
     e = np.where(visible, np.exp(s - m), 0.0)
-    den = e.sum(axis=-1, keepdims=True)
+    den = e.sum(axis=-1, keepdims=True) + np.exp(sink - m)
     w = np.divide(e, den, out=np.zeros_like(e), where=den > 0)
     out = w @ v
     result = (out.reshape(shape[:-1] + (v.shape[-1],)), w.reshape(shape[:-1] + (lk,)))
@@ -106,18 +134,35 @@ class Case(unittest.TestCase):
     def randn(self, *shape):
         return self.rng.standard_normal(shape).astype(np.float32)
 
+    def assertLseClose(self, lse, want, what):
+        want = np.asarray(want, dtype=np.float64)
+        self.assertTrue(np.array_equal(np.isneginf(lse), np.isneginf(want)),
+                        "%s: -inf rows differ" % what)
+        fin = np.isfinite(want)
+        self.assertTrue(np.all(np.isfinite(lse[fin])), what)
+        err = np.abs(lse[fin] - want[fin]) / np.maximum(1.0, np.abs(want[fin]))
+        self.assertLessEqual(float(err.max(initial=0.0)), LSE_TOL,
+                             "%s: lse off by %g (relative)" % (what, float(err.max(initial=0.0))))
+
+    def assertOutClose(self, out, want, v, what="out"):
+        vmax = max(float(np.max(np.abs(v), initial=0.0)), 1e-30)
+        err = float(np.max(np.abs(out - want), initial=0.0))
+        self.assertLessEqual(err, OUT_TOL * vmax, "%s off by %g (max|v| %g)" % (what, err, vmax))
+
     def check(self, q, k, v, backend=None, **kw):
-        out, w = qkv.attention(q, k, v, return_weights=True, backend=backend, **kw)
-        want_out, want_w = reference(q, k, v, **kw)
-        self.assertEqual(out.dtype, np.float32)
+        """qkv.attention against reference(): out, weights and lse; returns (out, weights)."""
+        out, w, lse = qkv.attention(q, k, v, return_weights=True, return_lse=True,
+                                    backend=backend, **kw)
+        want_out, want_w, want_lse = reference(q, k, v, with_lse=True, **kw)
+        self.assertEqual((out.dtype, w.dtype, lse.dtype), (np.float32,) * 3)
         self.assertEqual(out.shape, want_out.shape)
         self.assertEqual(w.shape, want_w.shape)
+        self.assertEqual(lse.shape, want_lse.shape)
         self.assertTrue(np.all(np.isfinite(out)) and np.all(np.isfinite(w)))
-        vmax = max(float(np.max(np.abs(v))), 1e-30)
-        err_w = float(np.max(np.abs(w - want_w)))
-        err_out = float(np.max(np.abs(out - want_out)))
+        err_w = float(np.max(np.abs(w - want_w), initial=0.0))
         self.assertLessEqual(err_w, WEIGHTS_TOL, "weights off by %g" % err_w)
-        self.assertLessEqual(err_out, OUT_TOL * vmax, "out off by %g (max|v| %g)" % (err_out, vmax))
+        self.assertOutClose(out, want_out, v)
+        self.assertLseClose(lse, want_lse, "lse")
         return out, w
 
 
@@ -162,6 +207,12 @@ class TestInfo(Case):
         self.assertGreaterEqual(got[0], ctypes.sizeof(qkv._Desc), "sizeof(qkv_attention_desc)")
         for name, off in zip(fields, got[1:]):
             self.assertEqual(off, getattr(qkv._Desc, name).offset, "offsetof(%s)" % name)
+        # every 0.2 field is mirrored, and so is qkv_strides
+        for name in ("kv_dtype", "q_strides", "out_strides", "v_scale_strides", "window_left",
+                     "alibi_slopes", "softcap", "q_pos", "sinks", "kv_start"):
+            self.assertIn(name, fields)
+        self.assertEqual(ctypes.sizeof(qkv._Strides), 24)
+        self.assertEqual([n for n, _ in qkv._Strides._fields_], ["batch", "head", "token"])
 
 
 class TestAgainstNumpy(Case):
@@ -314,6 +365,7 @@ class TestConversion(Case):
         base = qkv.attention(q, k, v, causal=True)
         out = qkv.attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
                             causal=True)
+        self.assertEqual(out.dtype, np.float64)  # float64 in, float64 out, computed in float32
         np.testing.assert_array_equal(out, base)
         qt = np.ascontiguousarray(np.swapaxes(q, 2, 3)).swapaxes(2, 3)  # a transposed view
         self.assertFalse(qt.flags.c_contiguous)
@@ -371,6 +423,372 @@ class TestConversion(Case):
         self.assertEqual((arr.shape, bs, hs), ((1, 1, lq, lk), 0, 0))
 
 
+class Recorder:
+    """The real library, but qkv_attention records what it was handed:
+    the descriptor's strides and the data pointers."""
+
+    def __init__(self, real):
+        self.real = real
+        self.calls = []
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def qkv_attention(self, desc_ref, q, k, v, out, weights, lse, ws, nbytes):
+        desc = desc_ref._obj
+        self.calls.append({
+            "q": q, "k": k, "v": v, "out": out,
+            "q_strides": strides_of(desc.q_strides), "k_strides": strides_of(desc.k_strides),
+            "v_strides": strides_of(desc.v_strides), "out_strides": strides_of(desc.out_strides),
+            "mask": desc.mask,
+        })
+        return self.real.qkv_attention(desc_ref, q, k, v, out, weights, lse, ws, nbytes)
+
+
+def strides_of(s):
+    return (s.batch, s.head, s.token)
+
+
+def recorded(fn):
+    """Runs fn() with qkv's library wrapped in a Recorder; returns (fn(), calls)."""
+    real = qkv._lib
+    rec = Recorder(real)
+    qkv._lib = rec
+    try:
+        result = fn()
+    finally:
+        qkv._lib = real
+    return result, rec.calls
+
+
+class TestVariants(Case):
+    """window, kv_start, q_pos, softcap, ALiBi and sinks against reference()."""
+
+    def test_window(self):
+        b, h, hkv, lq, lk, d = 2, 4, 2, 9, 70, 16
+        q, k, v = self.randn(b, h, lq, d), self.randn(b, hkv, lk, d), self.randn(b, hkv, lk, 8)
+        windows = [(0, 0), (3, 0), (0, 3), (5, 5), (None, 2), (2, None), (-1, 4), (-1, -1),
+                   (4095, 0), (0, -1), (40, 40), (1, 1)]
+        for backend in qkv.backends():
+            for window in windows:
+                for extra in ({}, {"causal": True}, {"q_pos": [0, 30]}, {"q_pos": 65},
+                              {"causal": True, "q_pos": [-4, 75]}):
+                    with self.subTest(backend=backend, window=window, **extra):
+                        self.check(q, k, v, backend=backend, window=window, **extra)
+
+    def test_window_of_width_one_is_a_lookup(self):
+        # window (0, 0) and positions 0..Lq-1: query i sees key i only, weight 1
+        q, k, v = self.randn(6, 8), self.randn(10, 8), self.randn(10, 3)
+        out, w = self.check(q, k, v, window=(0, 0), q_pos=0)
+        np.testing.assert_allclose(w, np.eye(6, 10), atol=WEIGHTS_TOL)
+        np.testing.assert_allclose(out, v[:6], atol=OUT_TOL * np.abs(v).max())
+
+    def test_q_pos(self):
+        b, h, lq, lk = 3, 2, 5, 12
+        q, k, v = self.randn(b, h, lq, 8), self.randn(b, h, lk, 8), self.randn(b, h, lk, 4)
+        for backend in qkv.backends():
+            for q_pos in ([0, 3, 7], [-10, -3, -1], [12, 20, 30], 4, [-6, 0, 11]):
+                for extra in ({"causal": True}, {"window": (2, 1)},
+                              {"alibi_slopes": [0.5, 0.25]}, {}):
+                    with self.subTest(backend=backend, q_pos=q_pos, **extra):
+                        self.check(q, k, v, backend=backend, q_pos=q_pos, **extra)
+            # the ends of int32 (ALiBi aside: float32 cannot tell |p - j| ~ 2^31 apart)
+            for q_pos in ([2 ** 31 - lq, -2 ** 31, 11], [-2 ** 31, 2 ** 31 - lq, 0]):
+                for extra in ({"causal": True}, {"window": (2, 1)}, {"window": (-1, 3)},
+                              {"window": (3, -1)}, {}):
+                    with self.subTest(backend=backend, q_pos=q_pos, **extra):
+                        self.check(q, k, v, backend=backend, q_pos=q_pos, **extra)
+
+    def test_ragged_batch_is_valid_lens_and_q_pos(self):
+        # sequences of 10 and 6 tokens, the last 4 of each are the queries
+        lq, lens = 4, [10, 6]
+        q, k, v = self.randn(2, 2, lq, 8), self.randn(2, 2, 10, 8), self.randn(2, 2, 10, 5)
+        lens_arr = np.array(lens)
+        for backend in qkv.backends():
+            with self.subTest(backend=backend):
+                out, w = self.check(q, k, v, backend=backend, causal=True, valid_lens=lens,
+                                    q_pos=lens_arr - lq)
+                for bi, n in enumerate(lens):
+                    alone = qkv.attention(q[bi], k[bi, :, :n], v[bi, :, :n], causal=True,
+                                          backend=backend)
+                    self.assertOutClose(out[bi], alone, v, "batch %d against its own call" % bi)
+                # sequence 1 sees none of its future tokens
+                self.assertTrue(np.all(w[1, :, 0, 3:] == 0))
+
+    def test_kv_start(self):
+        b, h, hkv, lq, lk = 3, 4, 1, 5, 23
+        q, k, v = self.randn(b, h, lq, 16), self.randn(b, hkv, lk, 16), self.randn(b, hkv, lk, 6)
+        for backend in qkv.backends():
+            for kv_start in ([0, 7, 22], [23, 0, 1], 5, [0, 0, 0]):
+                for extra in ({}, {"causal": True}, {"valid_lens": [20, 23, 9]},
+                              {"window": (3, 0), "causal": True}):
+                    with self.subTest(backend=backend, kv_start=kv_start, **extra):
+                        out, w = self.check(q, k, v, backend=backend, kv_start=kv_start, **extra)
+                        starts = np.broadcast_to(kv_start, (b,))
+                        for bi in range(b):
+                            self.assertTrue(np.all(w[bi, ..., :starts[bi]] == 0))
+
+    def test_left_padding_equals_the_unpadded_call(self):
+        lq, lk, pads = 3, 16, [0, 5, 11]
+        q, k, v = self.randn(3, 2, lq, 8), self.randn(3, 2, lk, 8), self.randn(3, 2, lk, 4)
+        out = qkv.attention(q, k, v, causal=True, kv_start=pads)
+        for bi, pad in enumerate(pads):
+            alone = qkv.attention(q[bi], k[bi, :, pad:], v[bi, :, pad:], causal=True)
+            self.assertOutClose(out[bi], alone, v, "batch %d against its unpadded call" % bi)
+
+    def test_softcap(self):
+        q, k, v = self.randn(2, 4, 6, 32), self.randn(2, 2, 40, 32), self.randn(2, 2, 40, 8)
+        for backend in qkv.backends():
+            for softcap in (0.0, 0.5, 5.0, 30.0, 1e4):
+                with self.subTest(backend=backend, softcap=softcap):
+                    self.check(q, k, v, backend=backend, softcap=softcap)
+                if 0 < softcap <= 30:
+                    with self.subTest(backend=backend, softcap=softcap, logits="huge"):
+                        # scores of order 1e4 squashed into (-cap, cap): no overflow. (An
+                        # uncapped or 1e4 cap would leave float32 rounding of 1e4-sized
+                        # scores, ~1e-3, in the weights: not a fair test.)
+                        self.check(q * 100, k * 100, v, backend=backend, softcap=softcap,
+                                   scale=1.0, causal=True)
+        out = qkv.attention(q, k, v, softcap=None)
+        self.assertEqual(bits(out), bits(qkv.attention(q, k, v, softcap=0)))
+
+    def test_alibi(self):
+        h = 8
+        q, k, v = self.randn(2, h, 7, 16), self.randn(2, 2, 33, 16), self.randn(2, 2, 33, 8)
+        geometric = 2.0 ** (-8.0 * np.arange(1, h + 1) / h)  # the ALiBi paper's slopes
+        for backend in qkv.backends():
+            for slopes in (geometric, self.rng.uniform(-1, 1, h), 0.0, 0.125):
+                for extra in ({}, {"causal": True}, {"q_pos": [-5, 40]}, {"window": (4, 4)}):
+                    with self.subTest(backend=backend, slopes=np.ndim(slopes), **extra):
+                        self.check(q, k, v, backend=backend, alibi_slopes=slopes, **extra)
+
+    def test_sinks(self):
+        q, k, v = self.randn(2, 4, 5, 16), self.randn(2, 2, 12, 16), self.randn(2, 2, 12, 8)
+        for backend in qkv.backends():
+            for sinks in ([50.0, -50.0, -np.inf, 0.3], [0.0] * 4, -np.inf, 2.5):
+                for extra in ({}, {"causal": True}, {"valid_lens": [0, 7]},
+                              {"valid_lens": [[0, 1, 2, 0, 12], [12] * 5]}):
+                    with self.subTest(backend=backend, sinks=str(sinks), **extra):
+                        out, w = self.check(q, k, v, backend=backend, sinks=sinks, **extra)
+                        if np.ndim(sinks) and sinks[0] == 50.0:
+                            # a sink of +50 takes (nearly) all the weight
+                            self.assertTrue(np.all(w[:, 0].sum(-1) < 1e-10))
+        # a row that sees no key: out 0, weights 0, lse the sink
+        out, w, lse = qkv.attention(q, k, v, sinks=[50.0, -50.0, -np.inf, 0.3], valid_lens=[0, 12],
+                                    return_weights=True, return_lse=True)
+        self.assertTrue(np.all(out[0] == 0) and np.all(w[0] == 0))
+        np.testing.assert_array_equal(lse[0], np.repeat(np.float32([50, -50, -np.inf, 0.3]),
+                                                        5).reshape(4, 5))
+
+    def test_kv_len_zero_and_empty_batches(self):
+        q = self.randn(2, 4, 3, 8)
+        k, v = np.zeros((2, 2, 0, 8), np.float32), np.zeros((2, 2, 0, 5), np.float32)
+        out, w, lse = qkv.attention(q, k, v, return_weights=True, return_lse=True)
+        self.assertEqual((out.shape, w.shape, lse.shape), ((2, 4, 3, 5), (2, 4, 3, 0), (2, 4, 3)))
+        self.assertTrue(np.all(out == 0) and np.all(lse == -np.inf))
+        sinks = [1.0, -2.0, -np.inf, 3.0]
+        out, lse = qkv.attention(q, k, v, sinks=sinks, causal=True, return_lse=True)
+        self.assertTrue(np.all(out == 0))
+        np.testing.assert_array_equal(lse, np.broadcast_to(np.float32(sinks)[None, :, None],
+                                                           (2, 4, 3)))
+        # batch 0 and q_len 0: nothing to compute
+        out = qkv.attention(np.zeros((0, 4, 3, 8)), np.zeros((0, 2, 6, 8)), np.zeros((0, 2, 6, 5)))
+        self.assertEqual(out.shape, (0, 4, 3, 5))
+        out, lse = qkv.attention(self.randn(2, 4, 0, 8), self.randn(2, 2, 6, 8),
+                                 self.randn(2, 2, 6, 5), return_lse=True)
+        self.assertEqual((out.shape, lse.shape), ((2, 4, 0, 5), (2, 4, 0)))
+
+    def test_everything_combined(self):
+        for backend in qkv.backends():
+            for score in ("dot", "gaussian", "additive"):
+                for n in range(8):
+                    b = int(self.rng.integers(1, 4))
+                    hkv = int(self.rng.integers(1, 3))
+                    h = hkv * int(self.rng.integers(1, 4))
+                    lq, lk = int(self.rng.integers(1, 12)), int(self.rng.integers(1, 70))
+                    d, dv = int(self.rng.integers(1, 40)), int(self.rng.integers(1, 20))
+                    q, k = self.randn(b, h, lq, d), self.randn(b, hkv, lk, d)
+                    v = self.randn(b, hkv, lk, dv)
+                    kw = {"score": score, "causal": bool(self.rng.random() < 0.5),
+                          "window": (int(self.rng.integers(-1, lk)), int(self.rng.integers(-1, 4))),
+                          "alibi_slopes": self.rng.uniform(0, 0.5, h),
+                          "softcap": float(self.rng.choice([0.0, 2.0, 20.0])),
+                          "sinks": self.rng.uniform(-3, 3, h),
+                          "q_pos": self.rng.integers(-3, lk + 3, b),
+                          "kv_start": self.rng.integers(0, lk + 1, b),
+                          "valid_lens": self.rng.integers(0, lk + 1, (b, lq))}
+                    bias = self.randn(1, h, lq, lk)
+                    bias[self.rng.random(bias.shape) < 0.1] = -np.inf
+                    kw["bias"] = bias
+                    if score == "gaussian":
+                        kw["scale"] = 0.2
+                    elif score == "additive":
+                        kw["additive"] = (self.randn(5, d), self.randn(5, d), self.randn(5))
+                    with self.subTest(backend=backend, score=score, n=n, q=q.shape, k=k.shape):
+                        try:
+                            self.check(q, k, v, backend=backend, **kw)
+                        except qkv.QkvError as e:
+                            # A backend may decline a score kind, never DOT.
+                            self.assertEqual(e.status, qkv.QKV_ERR_UNSUPPORTED)
+                            self.assertNotEqual(score, "dot")
+
+    def test_merge_of_shards_with_sinks_and_windows(self):
+        # the sink goes into one shard only; windows and ALiBi are positions,
+        # so each shard keeps the whole sequence's q_pos and kv_start
+        q, k, v = self.randn(2, 2, 4, 8), self.randn(2, 2, 20, 8), self.randn(2, 2, 20, 3)
+        kw = {"window": (6, 0), "alibi_slopes": [0.3, 0.1], "causal": True}
+        want_out, _, want_lse = reference(q, k, v, sinks=[1.0, -1.0], with_lse=True, **kw)
+        cut = 11
+        # keys [cut, 20) with their true positions: queries at 16..19, keys at cut + j
+        a = qkv.attention(q, k[:, :, :cut], v[:, :, :cut], return_lse=True, q_pos=16,
+                          sinks=[1.0, -1.0], **kw)
+        b = qkv.attention(q, k[:, :, cut:], v[:, :, cut:], return_lse=True, q_pos=16 - cut, **kw)
+        out, lse = qkv.merge(*a, *b)
+        self.assertOutClose(out, want_out, v, "merged out")
+        self.assertLseClose(lse, want_lse, "merged lse")
+
+
+class TestLayouts(Case):
+    """Strided numpy views passed as qkv_strides, not copied, and out=."""
+
+    def test_token_major_cache_with_spare_capacity(self):
+        b, h, hkv, lq, cap, lk, d, dv = 2, 8, 2, 3, 32, 19, 16, 12
+        q_tm = self.randn(b, lq, h, d)  # token-major [B, Lq, H, D]
+        k_cache = self.randn(b, cap, hkv, d)  # [B, capacity, Hkv, D], Lk rows filled
+        v_cache = self.randn(b, cap, hkv, dv)
+        q = q_tm.transpose(0, 2, 1, 3)
+        k = k_cache[:, :lk].transpose(0, 2, 1, 3)
+        v = v_cache[:, :lk].transpose(0, 2, 1, 3)
+        kw = {"causal": True, "window": (7, 0), "sinks": self.rng.uniform(-1, 1, h)}
+        for backend in qkv.backends():
+            with self.subTest(backend=backend):
+                (out, w), calls = recorded(lambda: self.check(q, k, v, backend=backend, **kw))
+                c = calls[0]
+                # no copies: the library reads the caller's memory with its strides
+                self.assertEqual((c["q"], c["k"], c["v"]),
+                                 (q_tm.ctypes.data, k_cache.ctypes.data, v_cache.ctypes.data))
+                self.assertEqual(c["q_strides"], (lq * h * d, d, h * d))
+                self.assertEqual(c["k_strides"], (cap * hkv * d, d, hkv * d))
+                self.assertEqual(c["v_strides"], (cap * hkv * dv, dv, hkv * dv))
+                self.assertEqual(c["out_strides"], (0, 0, 0))  # a fresh dense out
+                dense = qkv.attention(*(np.ascontiguousarray(x) for x in (q, k, v)),
+                                      backend=backend, **kw)
+                self.assertOutClose(out, dense, v, "strided against dense")
+
+    def test_head_major_capacity_and_batch_broadcast(self):
+        b, h, lq, cap, lk, d = 3, 2, 4, 40, 25, 8
+        q = self.randn(b, h, lq, d)
+        k_cache, v_cache = self.randn(b, h, cap, d), self.randn(b, h, cap, d)
+        k, v = k_cache[:, :, :lk], v_cache[:, :, :lk]  # [B, H, capacity, D], Lk used
+        out, calls = recorded(lambda: self.check(q, k, v, causal=True))
+        self.assertEqual(calls[0]["k"], k_cache.ctypes.data)
+        self.assertEqual(calls[0]["k_strides"], (h * cap * d, cap * d, d))
+        self.assertEqual(calls[0]["q_strides"], (0, 0, 0))  # dense q: the default
+        # one cache shared by the whole batch: batch stride 0
+        k1, v1 = self.randn(1, h, lk, d), self.randn(1, h, lk, d)
+        kb, vb = np.broadcast_to(k1, (b, h, lk, d)), np.broadcast_to(v1, (b, h, lk, d))
+        out, calls = recorded(lambda: self.check(q, kb, vb, causal=True))
+        self.assertEqual(calls[0]["k"], k1.ctypes.data)
+        self.assertEqual(calls[0]["k_strides"], (0, lk * d, d))
+        # a cache slice at an offset (its rows [5, 5 + Lk)): the pointer is the view's first element
+        k, v = k_cache[:, :, 5:5 + lk], v_cache[:, :, 5:5 + lk]
+        out, calls = recorded(lambda: self.check(q, k, v, causal=True))
+        self.assertEqual(calls[0]["k"], k.ctypes.data)
+        self.assertEqual(calls[0]["k"] - k_cache.ctypes.data, 5 * d * 4)
+
+    def test_rank_2_and_3_views(self):
+        cache = self.randn(30, 4, 8)  # [capacity, H, D]
+        q = self.randn(4, 5, 8)
+        k = cache[:17].transpose(1, 0, 2)  # [H, Lk, D]
+        out, calls = recorded(lambda: self.check(q, k, k, causal=True))
+        self.assertEqual(calls[0]["k"], cache.ctypes.data)
+        self.assertEqual(calls[0]["k_strides"][1:], (8, 32))
+        q2, k2 = q[1], cache[:17, 2]  # [Lq, D] and one head's rows [Lk, D]
+        out, calls = recorded(lambda: self.check(q2, k2, k2))
+        self.assertEqual(calls[0]["k"], k2.ctypes.data)
+        self.assertEqual(calls[0]["k_strides"][2], 32)
+
+    def test_views_the_library_cannot_address_are_copied(self):
+        q, k, v = self.randn(2, 2, 3, 8), self.randn(2, 2, 9, 8), self.randn(2, 2, 9, 4)
+        base = qkv.attention(q, k, v)
+        wide = np.zeros((2, 2, 9, 16), np.float32)
+        wide[..., ::2] = k
+        cases = {
+            "reversed keys": (q, k[:, :, ::-1], v[:, :, ::-1]),  # negative token stride
+            "every other column": (q, wide[..., ::2], v),  # last dim not contiguous
+            "reversed heads": (q[:, ::-1], k[:, ::-1], v[:, ::-1]),
+        }
+        for name, (qq, kk, vv) in cases.items():
+            with self.subTest(case=name):
+                out, calls = recorded(lambda: qkv.attention(qq, kk, vv))
+                c = calls[0]
+                for x, p in ((qq, c["q"]), (kk, c["k"]), (vv, c["v"])):
+                    if not x.flags.c_contiguous:
+                        self.assertNotIn(p, (x.ctypes.data, x.base.ctypes.data))
+                want = base[:, ::-1] if name == "reversed heads" else base
+                self.assertOutClose(out, want, v, name)
+        # rows that overlap (a token stride smaller than D) are copied too
+        flat = self.randn(40)
+        rolling = np.lib.stride_tricks.as_strided(flat, (1, 1, 10, 8), (0, 0, 4, 4))
+        self.check(rolling, rolling, rolling)
+
+    def test_out_written_in_place_gaps_untouched(self):
+        b, h, hkv, lq, lk, d, dv = 2, 4, 2, 5, 11, 8, 6
+        q, k, v = self.randn(b, h, lq, d), self.randn(b, hkv, lk, d), self.randn(b, hkv, lk, dv)
+        want = qkv.attention(q, k, v, causal=True, alibi_slopes=0.1)
+        sentinel = np.float32(-12345.5)
+        # token-major [B, capacity, H, Dv + 2]: the result goes to rows 2..2+Lq, columns :Dv
+        buf = np.full((b, 9, h, dv + 2), sentinel, np.float32)
+        view = buf[:, 2:2 + lq, :, :dv].transpose(0, 2, 1, 3)
+        got, calls = recorded(lambda: qkv.attention(q, k, v, causal=True, alibi_slopes=0.1,
+                                                    out=view))
+        self.assertIs(got, view)
+        self.assertEqual(calls[0]["out"], view.ctypes.data)  # written in place
+        self.assertEqual(calls[0]["out_strides"], (9 * h * (dv + 2), dv + 2, h * (dv + 2)))
+        self.assertOutClose(view, want, v, "out= view")
+        mask = np.ones(buf.shape, bool)
+        mask[:, 2:2 + lq, :, :dv] = False
+        self.assertTrue(np.all(buf[mask] == sentinel), "a gap of out= was written")
+        # with weights and lse, rank 2, and a dense out
+        dense = np.empty((b, h, lq, dv), np.float32)
+        got, w, lse = qkv.attention(q, k, v, causal=True, alibi_slopes=0.1, out=dense,
+                                    return_weights=True, return_lse=True)
+        self.assertIs(got, dense)
+        self.assertEqual(bits(dense), bits(qkv.attention(q, k, v, causal=True, alibi_slopes=0.1)))
+        row = np.full((lq, 2 * dv), sentinel, np.float32)
+        qkv.attention(q[0, 0], k[0, 0], v[0, 0], out=row[:, ::2][:, :dv])  # not addressable:
+        self.assertOutClose(row[:, ::2], qkv.attention(q[0, 0], k[0, 0], v[0, 0]), v)  # via a copy
+        self.assertTrue(np.all(row[:, 1::2] == sentinel))
+
+    def test_out_float64_and_bad_out(self):
+        q, k, v = self.randn(3, 4), self.randn(5, 4), self.randn(5, 2)
+        out64 = np.zeros((3, 2), np.float64)
+        got = qkv.attention(q, k, v, out=out64)
+        self.assertIs(got, out64)
+        np.testing.assert_array_equal(out64, qkv.attention(q, k, v))
+        with self.assertRaises(ValueError):
+            qkv.attention(q, k, v, out=np.zeros((3, 3), np.float32))
+        with self.assertRaises(TypeError):
+            qkv.attention(q, k, v, out=np.zeros((3, 2), np.int32))
+        with self.assertRaises(ValueError):
+            qkv.attention(q, k, v, out=np.broadcast_to(np.float32(0), (3, 2)))  # read-only
+
+    def test_float64_in_float64_out(self):
+        q, k, v = self.randn(2, 4, 5, 8), self.randn(2, 2, 9, 8), self.randn(2, 2, 9, 3)
+        kw = {"causal": True, "sinks": [0.5, -1.0, 2.0, -np.inf], "window": (3, 1)}
+        base = qkv.attention(q, k, v, return_weights=True, return_lse=True, **kw)
+        for wide in ((q, k, v), (q.astype(np.float64), k, v), (q, k, v.astype(np.float64))):
+            got = qkv.attention(*wide, return_weights=True, return_lse=True, **kw)
+            want = np.float64 if any(x.dtype == np.float64 for x in wide) else np.float32
+            self.assertEqual([x.dtype for x in got], [want] * 3)
+            # computed in float32: the float32 results, widened
+            for x, y in zip(got, base):
+                np.testing.assert_array_equal(x, y.astype(want))
+        # lists of Python floats are float64 to numpy
+        self.assertEqual(qkv.attention(q[0, 0].tolist(), k[0, 0], v[0, 0]).dtype, np.float64)
+        self.assertEqual(qkv.attention(q.astype(np.float16), k, v).dtype, np.float32)
+
+
 class TestErrors(Case):
     def assertValueError(self, words, *args, **kw):
         with self.assertRaises(ValueError) as cm:
@@ -389,7 +807,9 @@ class TestErrors(Case):
         self.assertValueError(["kv heads mismatch"], r(1, 4, 3, 8), r(1, 2, 3, 8), r(1, 1, 3, 8))
         self.assertValueError(["Lk=5", "4 values"], r(3, 8), r(5, 8), r(4, 8))
         self.assertValueError(["head dim", "D=8"], r(3, 8), r(5, 7), r(5, 8))
-        self.assertValueError(["empty"], r(0, 8), r(5, 8), r(5, 8))
+        self.assertValueError(["empty"], r(3, 0), r(5, 0), r(5, 8))
+        self.assertValueError(["empty"], r(0, 3, 8), r(0, 5, 8), r(0, 5, 8))
+        self.assertValueError(["empty"], r(3, 8), r(5, 8), r(5, 0))
         q, k, v = r(2, 1, 3, 8), r(2, 1, 5, 8), r(2, 1, 5, 8)
         self.assertValueError(["valid_lens shape"], q, k, v, valid_lens=[1, 2, 3])
         self.assertValueError(["valid_lens shape"], q, k, v, valid_lens=[[1, 2], [3, 4]])
@@ -415,11 +835,67 @@ class TestErrors(Case):
             qkv.attention(x, x, x, backend="no-such-backend")
         self.assertEqual(cm.exception.status, qkv.QKV_ERR_UNSUPPORTED)
         self.assertIn(qkv.status_string(qkv.QKV_ERR_UNSUPPORTED), str(cm.exception))
+        self.assertIn("no-such-backend", str(cm.exception))
         self.assertIsInstance(cm.exception, RuntimeError)
+        self.assertIsInstance(cm.exception, NotImplementedError)
         with self.assertRaises(qkv.QkvError) as cm:
             qkv.attention(x, x, x, scale=float("nan"))
         self.assertEqual(cm.exception.status, qkv.QKV_ERR_INVALID_ARGUMENT)
         self.assertIn(qkv.status_string(qkv.QKV_ERR_INVALID_ARGUMENT), str(cm.exception))
+        self.assertIsInstance(cm.exception, ValueError)
+        self.assertIn("scale", str(cm.exception))
+
+    def test_the_message_names_the_field(self):
+        """QKV_ERR_INVALID_ARGUMENT: a ValueError with qkv_attention_explain's
+        sentence, naming the field; nothing written to out."""
+        b, h, lq, lk = 2, 2, 3, 6
+        q, k, v = self.randn(b, h, lq, 8), self.randn(b, h, lk, 8), self.randn(b, h, lk, 4)
+        cases = [
+            ("softcap", {"softcap": -1.0}),
+            ("softcap", {"softcap": float("nan")}),
+            ("softcap", {"softcap": float("inf")}),
+            ("alibi_slopes", {"alibi_slopes": [0.5, float("inf")]}),
+            ("alibi_slopes", {"alibi_slopes": [float("nan"), 0.5]}),
+            ("sinks", {"sinks": [0.0, float("nan")]}),
+            ("sinks", {"sinks": [float("inf"), 0.0]}),
+            ("kv_start", {"kv_start": [0, lk + 1]}),
+            ("kv_start", {"kv_start": [-1, 0]}),
+        ]
+        sentinel = np.float32(7.25)
+        for backend in qkv.backends():
+            for field, kw in cases:
+                with self.subTest(backend=backend, **{k_: str(v_) for k_, v_ in kw.items()}):
+                    out = np.full((b, h, lq, 4), sentinel, np.float32)
+                    with self.assertRaises(ValueError) as cm:
+                        qkv.attention(q, k, v, out=out, backend=backend, **kw)
+                    e = cm.exception
+                    self.assertIsInstance(e, qkv.QkvError)
+                    self.assertIsInstance(e, qkv.QkvInvalidArgument)
+                    self.assertEqual(e.status, qkv.QKV_ERR_INVALID_ARGUMENT)
+                    self.assertIn(field, str(e))
+                    self.assertIn(field, e.detail)
+                    self.assertIn("qkv_attention", str(e))
+                    self.assertTrue(np.all(out == sentinel), "out written on error")
+        # out overlapping an input: the library says so, nothing written
+        buf = self.randn(b, h, lq, 8)
+        keep = buf.copy()
+        with self.assertRaises(qkv.QkvInvalidArgument) as cm:
+            qkv.attention(buf, k, v, out=buf[..., :4])
+        self.assertIn("out", cm.exception.detail)
+        self.assertEqual(bits(buf), bits(keep))
+        # caught in Python before the call: shapes and types
+        self.assertValueError(["kv_start shape", "[B] = [2]"], q, k, v, kv_start=[0, 1, 2])
+        self.assertValueError(["q_pos shape"], q, k, v, q_pos=[[0, 1]])
+        self.assertValueError(["q_pos must fit in int32"], q, k, v, q_pos=[0, 2 ** 31])
+        self.assertValueError(["whole numbers"], q, k, v, q_pos=[0.5, 1])
+        self.assertValueError(["sinks shape", "[H] = [2]"], q, k, v, sinks=[0.0, 1.0, 2.0])
+        self.assertValueError(["alibi_slopes shape"], q, k, v, alibi_slopes=np.zeros((2, 1)))
+        self.assertValueError(["window must be (left, right)"], q, k, v, window=3)
+        self.assertValueError(["window must be (left, right)"], q, k, v, window=(1, 2, 3))
+        with self.assertRaises(TypeError):
+            qkv.attention(q, k, v, window=(1.5, 0))
+        with self.assertRaises(TypeError):
+            qkv.attention(q, k, v, kv_start=["a", "b"])
 
 
 def shard_kw(kw, lo, hi):
@@ -458,16 +934,6 @@ class TestMerge(Case):
             parts.append(qkv.attention(q, k[..., lo:hi, :], v[..., lo:hi, :], return_lse=True,
                                        backend=backend, **shard_kw(kw, lo, hi)))
         return parts
-
-    def assertLseClose(self, lse, want, what):
-        want = np.asarray(want, dtype=np.float64)
-        self.assertTrue(np.array_equal(np.isneginf(lse), np.isneginf(want)),
-                        "%s: -inf rows differ" % what)
-        fin = np.isfinite(want)
-        self.assertTrue(np.all(np.isfinite(lse[fin])), what)
-        err = np.abs(lse[fin] - want[fin]) / np.maximum(1.0, np.abs(want[fin]))
-        self.assertLessEqual(float(err.max(initial=0.0)), LSE_TOL,
-                             "%s: lse off by %g (relative)" % (what, float(err.max(initial=0.0))))
 
     def check_merged(self, q, k, v, bounds, backend=None, **kw):
         parts = self.shards(q, k, v, bounds, backend=backend, **kw)
@@ -611,16 +1077,25 @@ class TestMerge(Case):
         out_a, out_b = self.randn(3, 4, 6), self.randn(3, 4, 6)
         lse_a, lse_b = self.randn(3, 4), self.randn(3, 4)
         base = qkv.merge(out_a, lse_a, out_b, lse_b)
+        # float64 in, float64 out (merged in float32): the float32 bits, widened
         got = qkv.merge(out_a.astype(np.float64), lse_a.astype(np.float64),
                         out_b.astype(np.float64), lse_b.astype(np.float64))
-        self.assertEqual((got[0].dtype, got[1].dtype), (np.float32, np.float32))
-        self.assertEqual(bits(*got), bits(*base))
+        self.assertEqual((got[0].dtype, got[1].dtype), (np.float64, np.float64))
+        self.assertEqual(bits(*got), bits(base[0].astype(np.float64), base[1].astype(np.float64)))
+        got = qkv.merge(out_a, lse_a.astype(np.float64), out_b, lse_b)  # any of the four
+        self.assertEqual((got[0].dtype, got[1].dtype), (np.float64, np.float64))
+        self.assertEqual(bits(got[0].astype(np.float32), got[1].astype(np.float32)), bits(*base))
         wide = np.zeros((3, 4, 12), np.float32)
         wide[..., ::2] = out_b
         t = np.ascontiguousarray(out_a.transpose(2, 0, 1)).transpose(1, 2, 0)
         self.assertFalse(t.flags.c_contiguous or wide[..., ::2].flags.c_contiguous)
-        got = qkv.merge(t, np.asfortranarray(lse_a), wide[..., ::2], lse_b.tolist())
+        got = qkv.merge(t, np.asfortranarray(lse_a), wide[..., ::2],
+                        np.array(lse_b.tolist(), np.float32))
         self.assertEqual(bits(*got), bits(*base))
+        # a list of Python floats is float64 to numpy, and so is the result
+        got = qkv.merge(t, lse_a, out_b, lse_b.tolist())
+        self.assertEqual(got[1].dtype, np.float64)
+        self.assertEqual(bits(got[0].astype(np.float32), got[1].astype(np.float32)), bits(*base))
 
     def test_inputs_are_not_modified(self):
         q, k, v = self.randn(2, 4, 5, 8), self.randn(2, 2, 12, 8), self.randn(2, 2, 12, 3)

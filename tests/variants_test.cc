@@ -1,0 +1,1209 @@
+// The 0.2 variants and layouts against the double-precision oracle, on every
+// backend the library lists for this CPU: sliding windows (inside and across
+// 64-key blocks, width 1), ALiBi, softcap (with logits of 1e6), sinks (+-50,
+// -inf), query positions (ragged, negative, past kv_len), kv_start, alone
+// and all combined, with GQA and MQA, on each path of the SIMD pipeline
+// (tile, row, tiny, flash-decoding splits); strided q, k, v and out
+// (token-major, a cache with spare capacity, NaN-filled gaps, a cache
+// broadcast over the batch); kv_len 0, batch 0 and q_len 0; the general
+// entry qkv_attention; bitwise identical results for 1, 2 and 3 workers.
+//
+// Test names end in the backend, e.g. ".../combined_row_split_highway_AVX2".
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <ostream>
+#include <random>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "oracle.h"
+#include "qkv/qkv.h"
+#include "support/thread_pool.h"
+#include "test_util.h"
+
+namespace qkv_test {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr double kOutTol = 5e-5;      // times max|v| (the documented bound)
+constexpr double kWeightsTol = 2e-5;  // absolute (the documented bound)
+constexpr double kLseTol = 2e-5;      // times max(1, |lse|)
+constexpr uint32_t kSentinel = GuardedBuffer::kSentinelBits;  // a NaN
+constexpr size_t kGuard = 32;  // sentinel floats before and after a tensor
+
+bool IsSentinel(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u == kSentinel;
+}
+
+// ---------------------------------------------------------------------------
+// Strided tensors [n0][n1][n2][dim] in a buffer whose every element that the
+// strides do not address (and kGuard floats on each side) holds the NaN
+// sentinel.
+
+enum class Layout {
+  kDense,         // strides {0, 0, 0}
+  kExplicit,      // the dense strides, spelled out
+  kTokenMajor,    // [n0][n2][n1][dim]
+  kCapacity,      // token-major with room for n2 + 37 tokens per batch
+  kHeadCapacity,  // [n0][n1][n2 + 21][dim]: spare rows after each head
+  kPadded,        // gaps after every row, head and batch
+  kBroadcast,     // batch stride 0: one [n1][n2][dim] for the whole batch
+};
+
+const char* LayoutName(Layout l) {
+  switch (l) {
+    case Layout::kDense:
+      return "dense";
+    case Layout::kExplicit:
+      return "explicit";
+    case Layout::kTokenMajor:
+      return "token_major";
+    case Layout::kCapacity:
+      return "capacity";
+    case Layout::kHeadCapacity:
+      return "head_capacity";
+    case Layout::kPadded:
+      return "padded";
+    case Layout::kBroadcast:
+      return "broadcast";
+  }
+  return "?";
+}
+
+struct Tensor {
+  qkv_strides strides = {0, 0, 0};  // what the descriptor gets
+  int64_t sb = 0, sh = 0, st = 0;   // the strides in effect
+  int64_t n0 = 0, n1 = 0, n2 = 0, dim = 0;
+  std::vector<float> buf;
+  std::vector<uint8_t> addressed;  // per element of buf
+
+  float* data() { return buf.data() + kGuard; }
+  const float* data() const { return buf.data() + kGuard; }
+  int64_t Offset(int64_t b, int64_t h, int64_t t) const {
+    return b * sb + h * sh + t * st;
+  }
+  const float* Row(int64_t b, int64_t h, int64_t t) const {
+    return data() + Offset(b, h, t);
+  }
+};
+
+Tensor MakeTensor(Layout layout, int64_t n0, int64_t n1, int64_t n2,
+                  int64_t dim) {
+  Tensor t;
+  t.n0 = n0;
+  t.n1 = n1;
+  t.n2 = n2;
+  t.dim = dim;
+  const int64_t m2 = std::max<int64_t>(n2, 1);  // keep strides >= dim
+  switch (layout) {
+    case Layout::kDense:
+    case Layout::kExplicit:
+      t.st = dim;
+      t.sh = m2 * dim;
+      t.sb = n1 * t.sh;
+      break;
+    case Layout::kTokenMajor:
+      t.sh = dim;
+      t.st = n1 * dim;
+      t.sb = m2 * n1 * dim;
+      break;
+    case Layout::kCapacity:
+      t.sh = dim;
+      t.st = n1 * dim;
+      t.sb = (n2 + 37) * n1 * dim;
+      break;
+    case Layout::kHeadCapacity:
+      t.st = dim;
+      t.sh = (n2 + 21) * dim;
+      t.sb = n1 * t.sh;
+      break;
+    case Layout::kPadded:
+      t.st = dim + 3;
+      t.sh = m2 * (dim + 3) + 5;
+      t.sb = n1 * t.sh + 11;
+      break;
+    case Layout::kBroadcast:
+      t.st = dim;
+      t.sh = m2 * dim;
+      t.sb = 0;
+      break;
+  }
+  if (layout != Layout::kDense) t.strides = {t.sb, t.sh, t.st};
+  const bool empty = n0 == 0 || n1 == 0 || n2 == 0;
+  const int64_t extent =
+      empty ? 0 : (n0 - 1) * t.sb + (n1 - 1) * t.sh + (n2 - 1) * t.st + dim;
+  t.buf.assign(2 * kGuard + static_cast<size_t>(extent), Bits(kSentinel));
+  t.addressed.assign(t.buf.size(), 0);
+  for (int64_t b = 0; b < n0; ++b) {
+    for (int64_t h = 0; h < n1; ++h) {
+      for (int64_t s = 0; s < n2; ++s) {
+        const size_t at = kGuard + static_cast<size_t>(t.Offset(b, h, s));
+        for (int64_t c = 0; c < dim; ++c) t.addressed[at + c] = 1;
+      }
+    }
+  }
+  return t;
+}
+
+// Random values in every addressed element (a broadcast element gets the
+// value of its last visit: all batches then read the same one).
+void FillTensor(Tensor* t, std::mt19937* rng, float mag, bool multiples) {
+  std::uniform_real_distribution<float> uni(-mag, mag);
+  std::uniform_int_distribution<int> step(-8, 8);
+  for (size_t i = kGuard; i + kGuard < t->buf.size(); ++i) {
+    if (t->addressed[i] == 0) continue;
+    // multiples: 125 * [-8, 8]: dot products of up to 8 terms are exact in
+    // f32 (below 2^24), whatever the order of the sums.
+    t->buf[i] = multiples ? 125.0f * static_cast<float>(step(*rng)) : uni(*rng);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Cases.
+
+enum class Sinks {
+  kNone,
+  kRandom,  // uniform in [-2, 2], head 1 -inf
+  kMixed,   // +50, -50, -inf, 0.75 by head
+  kHuge,    // 1e30, -1e30, 3e38, -3e38 by head
+};
+
+struct VCase {
+  std::string name;
+  int64_t batch = 1, q_heads = 1, kv_heads = 1, q_len = 1, kv_len = 1,
+          head_dim = 8, value_dim = 8;
+  qkv_score score = QKV_SCORE_DOT;
+  int64_t hidden = 8;
+  bool has_scale = false;
+  float scale = 0.0f;
+  uint32_t mask = 0;
+  int64_t window_left = -1, window_right = -1;
+  float alibi = 0.0f;  // slopes alibi * 2^-(h % 4); 0: no ALiBi
+  float softcap = 0.0f;
+  Sinks sinks = Sinks::kNone;
+  std::vector<int32_t> q_pos, kv_start, lens;  // [batch] when set
+  bool lens_per_query = false;                 // random [batch][q_len]
+  bool bias = false;
+  Layout q_layout = Layout::kDense, k_layout = Layout::kDense,
+         v_layout = Layout::kDense, out_layout = Layout::kDense;
+  float q_mag = 1.0f, k_mag = 1.0f, v_mag = 1.0f;
+  bool multiples = false;  // q, k in 125 * [-8, 8] (exact huge logits)
+
+  VCase& Causal() {
+    mask |= QKV_MASK_CAUSAL;
+    return *this;
+  }
+  VCase& Window(int64_t left, int64_t right) {
+    mask |= QKV_MASK_WINDOW;
+    window_left = left;
+    window_right = right;
+    return *this;
+  }
+  VCase& Alibi(float a) {
+    alibi = a;
+    return *this;
+  }
+  VCase& Softcap(float c) {
+    softcap = c;
+    return *this;
+  }
+  VCase& WithSinks(Sinks s) {
+    sinks = s;
+    return *this;
+  }
+  VCase& QPos(std::vector<int32_t> p) {
+    q_pos = std::move(p);
+    return *this;
+  }
+  VCase& KvStart(std::vector<int32_t> s) {
+    mask |= QKV_MASK_KV_START;
+    kv_start = std::move(s);
+    return *this;
+  }
+  VCase& Lens(std::vector<int32_t> l) {
+    mask |= QKV_MASK_VALID_LENS;
+    lens = std::move(l);
+    return *this;
+  }
+  VCase& LensPerQuery() {
+    mask |= QKV_MASK_VALID_LENS;
+    lens_per_query = true;
+    return *this;
+  }
+  VCase& Bias() {
+    mask |= QKV_MASK_BIAS;
+    bias = true;
+    return *this;
+  }
+  VCase& Layouts(Layout q, Layout k, Layout v, Layout out) {
+    q_layout = q;
+    k_layout = k;
+    v_layout = v;
+    out_layout = out;
+    return *this;
+  }
+  VCase& AllLayouts(Layout l) { return Layouts(l, l, l, l); }
+  VCase& Mags(float q, float k, float v) {
+    q_mag = q;
+    k_mag = k;
+    v_mag = v;
+    return *this;
+  }
+  VCase& Multiples() {
+    multiples = true;
+    return *this;
+  }
+  VCase& Scale(float s) {
+    has_scale = true;
+    scale = s;
+    return *this;
+  }
+  VCase& Score(qkv_score s, int64_t h = 8) {
+    score = s;
+    hidden = h;
+    return *this;
+  }
+  // Window, causal, ALiBi, softcap, sinks, bias and per-batch lengths
+  // (q_pos and kv_start are per shape: the caller adds them).
+  VCase& Everything(int64_t left, int64_t right) {
+    return Causal()
+        .Window(left, right)
+        .Alibi(0.125f)
+        .Softcap(6.0f)
+        .WithSinks(Sinks::kMixed)
+        .Bias();
+  }
+};
+
+void PrintTo(const VCase& c, std::ostream* os) {
+  *os << c.name << " (b" << c.batch << " h" << c.q_heads << "/" << c.kv_heads
+      << " q" << c.q_len << " kv" << c.kv_len << " d" << c.head_dim << "/"
+      << c.value_dim << " layouts " << LayoutName(c.q_layout) << ","
+      << LayoutName(c.k_layout) << "," << LayoutName(c.v_layout) << ","
+      << LayoutName(c.out_layout) << ")";
+}
+
+VCase Shape(const std::string& name, int64_t batch, int64_t q_heads,
+            int64_t kv_heads, int64_t q_len, int64_t kv_len, int64_t head_dim,
+            int64_t value_dim) {
+  VCase c;
+  c.name = name;
+  c.batch = batch;
+  c.q_heads = q_heads;
+  c.kv_heads = kv_heads;
+  c.q_len = q_len;
+  c.kv_len = kv_len;
+  c.head_dim = head_dim;
+  c.value_dim = value_dim;
+  return c;
+}
+
+// Path of the SIMD pipeline (src/tiling.h): row path when (q_heads /
+// kv_heads) * q_len <= 4 (decoding), tiny when also kv_len <= the lanes (4,
+// 8 or 16), flash-decoding splits when a row-path kv_len exceeds 512; the
+// tile path otherwise. The names say which one a case aims at.
+std::vector<VCase> AllCases() {
+  using L = Layout;
+  std::vector<VCase> cs;
+  // ---- windows alone
+  cs.push_back(Shape("window_tile", 1, 2, 1, 70, 150, 16, 16).Window(20, 5));
+  cs.push_back(
+      Shape("window_left_only_tile", 2, 2, 2, 40, 200, 8, 8).Window(100, -1));
+  cs.push_back(
+      Shape("window_right_only_tile", 1, 2, 2, 40, 120, 8, 8).Window(-1, 10));
+  // Bounds cut through many 64-key blocks, rows spanning block edges.
+  cs.push_back(
+      Shape("window_across_blocks_tile", 1, 1, 1, 130, 300, 16, 16)
+          .Window(130, 70));
+  // Bounds on block edges: rows at positions 128..255 see 64 keys.
+  cs.push_back(Shape("window_block_edges_tile", 1, 1, 1, 128, 256, 16, 16)
+                   .Window(63, 0));
+  cs.push_back(Shape("window_block_edges64_tile", 1, 2, 1, 64, 192, 8, 8)
+                   .Window(64, -1));
+  cs.push_back(
+      Shape("window_width1_tile", 1, 2, 1, 40, 40, 8, 8).Window(0, 0));
+  cs.push_back(
+      Shape("window_width1_row", 2, 2, 1, 2, 100, 8, 8).Window(0, 0));
+  cs.push_back(
+      Shape("window_width1_tiny", 1, 2, 2, 1, 5, 4, 4).Window(0, 0));
+  // Rows of one tiny call at different positions: their windows differ.
+  cs.push_back(
+      Shape("window_tiny_rows_differ", 2, 2, 1, 2, 8, 4, 4).Window(1, 0));
+  cs.push_back(Shape("window_tiny_qpos", 2, 1, 1, 4, 6, 4, 4)
+                   .Window(2, 1)
+                   .QPos({1, 3}));
+  cs.push_back(Shape("window_width1_split", 1, 2, 2, 1, 1300, 8, 8)
+                   .Window(0, 0)
+                   .QPos({700}));
+  cs.push_back(Shape("window_row", 2, 4, 2, 1, 300, 32, 32).Window(100, -1));
+  // Sides past every key (2^40 and more), or below -1: unbounded.
+  cs.push_back(Shape("window_huge_sides_tile", 1, 2, 1, 20, 40, 8, 8)
+                   .Window(std::numeric_limits<int64_t>::max(),
+                           int64_t{1} << 40));
+  cs.push_back(Shape("window_huge_sides_row", 1, 2, 2, 1, 100, 8, 8)
+                   .Window((int64_t{1} << 40) - 1,
+                           std::numeric_limits<int64_t>::min())
+                   .QPos({50}));
+  cs.push_back(Shape("window_causal_mistral_tile", 1, 2, 1, 130, 130, 16, 16)
+                   .Causal()
+                   .Window(31, -1));
+  // 700 keys on the row path: two splits, the window starts inside the
+  // first one.
+  cs.push_back(Shape("window_causal_split", 1, 4, 1, 1, 700, 16, 16)
+                   .Causal()
+                   .Window(255, 0));
+  // Only the last split sees keys: the earlier splits' partials are empty.
+  cs.push_back(
+      Shape("window_last_split_only", 2, 2, 1, 1, 1300, 16, 16).Window(100, 0));
+  // ---- ALiBi alone
+  cs.push_back(Shape("alibi_tile", 2, 4, 2, 40, 100, 16, 16).Alibi(0.5f));
+  cs.push_back(Shape("alibi_causal_tile", 1, 8, 8, 33, 33, 8, 8)
+                   .Causal()
+                   .Alibi(0.25f));
+  cs.push_back(Shape("alibi_row", 1, 4, 4, 1, 300, 16, 16).Alibi(0.0625f));
+  cs.push_back(Shape("alibi_split", 1, 2, 1, 2, 700, 16, 16).Alibi(0.015625f));
+  cs.push_back(Shape("alibi_tiny", 1, 2, 2, 2, 7, 8, 8).Alibi(0.5f));
+  // Positions past the keys: every key at distance >= 5 (ALiBi reads p).
+  cs.push_back(Shape("alibi_qpos_tile", 2, 2, 2, 20, 60, 8, 8)
+                   .Alibi(0.25f)
+                   .QPos({64, -20}));
+  // ---- softcap alone
+  cs.push_back(Shape("softcap_tile", 1, 2, 1, 40, 80, 16, 16)
+                   .Softcap(5.0f)
+                   .Mags(2, 2, 1));
+  cs.push_back(Shape("softcap_row", 1, 2, 2, 1, 300, 16, 16)
+                   .Softcap(3.0f)
+                   .Mags(2, 2, 1));
+  // Logits up to 8e6 (exact in f32): the capped scores are -30, 0 or 30.
+  cs.push_back(Shape("softcap_huge_tile", 1, 2, 1, 40, 70, 8, 8)
+                   .Multiples()
+                   .Scale(1.0f)
+                   .Softcap(30.0f));
+  cs.push_back(Shape("softcap_huge_row", 1, 4, 2, 1, 600, 8, 8)
+                   .Multiples()
+                   .Scale(1.0f)
+                   .Softcap(30.0f));
+  cs.push_back(Shape("softcap_huge_tiny", 1, 2, 1, 1, 5, 8, 8)
+                   .Multiples()
+                   .Scale(1.0f)
+                   .Softcap(30.0f));
+  // Logits up to 7812 in steps of 15.3: some rows saturate, some do not.
+  cs.push_back(Shape("softcap_graded_tile", 1, 2, 2, 33, 70, 8, 8)
+                   .Multiples()
+                   .Scale(1.0f / 1024)
+                   .Softcap(20.0f));
+  // Tiny caps: every score becomes +-cap or 0 (uniform weights), also for
+  // a subnormal cap whose inverse overflows, and scores of exactly 0.
+  cs.push_back(
+      Shape("softcap_tiny_tile", 1, 2, 1, 20, 40, 8, 8).Softcap(1e-30f));
+  cs.push_back(Shape("softcap_subnormal_tile", 1, 2, 1, 20, 40, 8, 8)
+                   .Softcap(1e-40f)
+                   .Mags(0, 1, 1));
+  cs.push_back(Shape("softcap_subnormal_row", 1, 2, 2, 1, 40, 8, 8)
+                   .Softcap(1e-40f)
+                   .Mags(0, 1, 1));
+  cs.push_back(Shape("softcap_subnormal_tiny", 1, 2, 2, 1, 7, 8, 8)
+                   .Softcap(1e-40f)
+                   .Mags(0, 1, 1));
+  // ---- sinks alone
+  cs.push_back(
+      Shape("sinks_tile", 2, 4, 2, 40, 80, 16, 16).WithSinks(Sinks::kRandom));
+  cs.push_back(
+      Shape("sinks_row", 2, 4, 4, 1, 100, 16, 16).WithSinks(Sinks::kRandom));
+  // +50, -50, -inf, 0.75 by head.
+  cs.push_back(
+      Shape("sinks_pm50_tile", 1, 4, 2, 33, 70, 16, 16).WithSinks(Sinks::kMixed));
+  cs.push_back(Shape("sinks_pm50_split", 1, 4, 1, 1, 1300, 16, 16)
+                   .WithSinks(Sinks::kMixed));
+  cs.push_back(
+      Shape("sinks_pm50_tiny", 1, 4, 4, 1, 6, 4, 4).WithSinks(Sinks::kMixed));
+  // Finite sinks at the ends of the float range.
+  cs.push_back(
+      Shape("sinks_huge_tile", 1, 4, 2, 20, 40, 8, 8).WithSinks(Sinks::kHuge));
+  cs.push_back(Shape("sinks_huge_split", 1, 4, 4, 1, 600, 8, 8)
+                   .WithSinks(Sinks::kHuge));
+  // Rows that see no key (causal, q_len > kv_len): lse is the sink.
+  cs.push_back(Shape("sinks_masked_rows_tile", 1, 4, 2, 40, 20, 8, 8)
+                   .Causal()
+                   .WithSinks(Sinks::kMixed));
+  // ---- query positions
+  // A ragged batch: valid_lens[b] with q_pos[b] = valid_lens[b] - q_len.
+  cs.push_back(Shape("qpos_ragged_tile", 2, 2, 1, 8, 40, 16, 16)
+                   .Causal()
+                   .Lens({40, 21})
+                   .QPos({32, 13}));
+  cs.push_back(Shape("qpos_ragged_row", 3, 2, 2, 1, 50, 16, 16)
+                   .Causal()
+                   .Lens({50, 7, 1})
+                   .QPos({49, 6, 0}));
+  cs.push_back(Shape("qpos_negative_tile", 1, 2, 2, 20, 40, 8, 8)
+                   .Causal()
+                   .QPos({-7}));
+  cs.push_back(Shape("qpos_negative_row", 2, 2, 1, 2, 30, 8, 8)
+                   .Causal()
+                   .QPos({-1, -5}));
+  cs.push_back(Shape("qpos_past_end_tile", 1, 2, 1, 10, 40, 8, 8)
+                   .Causal()
+                   .Window(10, -1)
+                   .QPos({45}));
+  cs.push_back(Shape("qpos_past_end_row", 1, 1, 1, 1, 40, 8, 8)
+                   .Window(3, 0)
+                   .QPos({41}));
+  cs.push_back(Shape("qpos_past_end_split", 1, 2, 1, 2, 1300, 8, 8)
+                   .Causal()
+                   .WithSinks(Sinks::kRandom)
+                   .QPos({2000}));
+  cs.push_back(Shape("qpos_int32_extremes", 2, 1, 1, 3, 20, 8, 8)
+                   .Causal()
+                   .QPos({std::numeric_limits<int32_t>::min(),
+                          std::numeric_limits<int32_t>::max()}));
+  // ---- kv_start (left padding)
+  cs.push_back(Shape("kv_start_tile", 4, 2, 1, 20, 70, 16, 16)
+                   .Causal()
+                   .KvStart({0, 5, 64, 70}));
+  cs.push_back(
+      Shape("kv_start_row", 3, 4, 4, 1, 130, 16, 16).KvStart({0, 65, 130}));
+  cs.push_back(Shape("kv_start_split", 2, 2, 1, 1, 1300, 16, 16)
+                   .KvStart({600, 1299}));
+  cs.push_back(Shape("kv_start_sinks_tiny", 2, 4, 2, 1, 8, 8, 8)
+                   .KvStart({3, 8})
+                   .WithSinks(Sinks::kMixed));
+  cs.push_back(Shape("kv_start_lens_tile", 2, 2, 2, 17, 40, 8, 8)
+                   .KvStart({10, 0})
+                   .LensPerQuery());
+  // ---- every variant at once, on every path, GQA and MQA
+  cs.push_back(Shape("combined_tile_gqa", 2, 8, 2, 40, 150, 16, 16)
+                   .Everything(50, -1)
+                   .Lens({150, 110})
+                   .QPos({100, 60})
+                   .KvStart({3, 40}));
+  cs.push_back(Shape("combined_tile_mqa", 1, 8, 1, 65, 130, 32, 24)
+                   .Everything(70, 2)
+                   .Lens({120})
+                   .QPos({60})
+                   .KvStart({17}));
+  cs.push_back(Shape("combined_tile_long", 1, 2, 1, 130, 300, 16, 16)
+                   .Everything(150, -1)
+                   .LensPerQuery()
+                   .KvStart({5}));
+  cs.push_back(Shape("combined_row_gqa", 2, 8, 2, 1, 300, 16, 16)
+                   .Everything(200, 0)
+                   .Lens({300, 250})
+                   .QPos({299, 240})
+                   .KvStart({0, 100}));
+  cs.push_back(Shape("combined_row_mqa", 1, 4, 1, 1, 200, 64, 64)
+                   .Everything(64, -1)
+                   .KvStart({30}));
+  cs.push_back(Shape("combined_row_split", 2, 8, 2, 1, 1300, 32, 32)
+                   .Everything(700, -1)
+                   .Lens({1300, 1000})
+                   .QPos({1299, 900})
+                   .KvStart({100, 520}));
+  cs.push_back(Shape("combined_row_split_q2", 1, 4, 2, 2, 1100, 16, 16)
+                   .Everything(520, 3)
+                   .KvStart({11}));
+  cs.push_back(Shape("combined_tiny8", 2, 4, 2, 2, 8, 7, 5)
+                   .Everything(4, -1)
+                   .QPos({7, 3})
+                   .KvStart({1, 0}));
+  cs.push_back(Shape("combined_tiny16", 1, 4, 4, 1, 16, 16, 16)
+                   .Everything(9, 0)
+                   .KvStart({2}));
+  cs.push_back(Shape("combined_tiny3", 1, 2, 1, 2, 3, 4, 4)
+                   .Everything(1, -1)
+                   .LensPerQuery()
+                   .KvStart({0}));
+  // head_dim around vector widths.
+  for (int64_t d : {1, 7, 16, 17, 64}) {
+    cs.push_back(Shape("combined_d" + std::to_string(d) + "_tile", 1, 2, 1, 33,
+                       70, d, d)
+                     .Everything(20, 1)
+                     .KvStart({4}));
+    cs.push_back(Shape("combined_d" + std::to_string(d) + "_row", 2, 2, 2, 1,
+                       70, d, d == 1 ? 3 : d + 1)
+                     .Everything(30, -1)
+                     .QPos({69, 40}));
+  }
+  // The other score kinds.
+  cs.push_back(Shape("combined_gaussian_tile", 1, 4, 2, 33, 70, 8, 8)
+                   .Score(QKV_SCORE_GAUSSIAN)
+                   .Scale(0.5f)
+                   .Everything(40, -1)
+                   .KvStart({3}));
+  cs.push_back(Shape("combined_gaussian_row", 1, 2, 1, 2, 600, 8, 8)
+                   .Score(QKV_SCORE_GAUSSIAN)
+                   .Scale(0.5f)
+                   .Everything(300, -1));
+  cs.push_back(Shape("combined_additive_tile", 1, 2, 1, 20, 40, 8, 8)
+                   .Score(QKV_SCORE_ADDITIVE, 12)
+                   .Everything(25, 0)
+                   .QPos({20})
+                   .AllLayouts(L::kPadded));
+  cs.push_back(Shape("combined_additive_row", 2, 2, 2, 1, 600, 8, 8)
+                   .Score(QKV_SCORE_ADDITIVE, 5)
+                   .Everything(100, -1)
+                   .Layouts(L::kTokenMajor, L::kCapacity, L::kCapacity,
+                            L::kTokenMajor));
+  // ---- layouts
+  cs.push_back(Shape("token_major_tile", 2, 8, 2, 40, 100, 16, 16)
+                   .Causal()
+                   .AllLayouts(L::kTokenMajor));
+  cs.push_back(Shape("token_major_row", 2, 8, 2, 1, 300, 64, 64)
+                   .Window(128, 0)
+                   .WithSinks(Sinks::kRandom)
+                   .AllLayouts(L::kTokenMajor));
+  cs.push_back(Shape("token_major_split", 1, 8, 2, 1, 1300, 64, 64)
+                   .Everything(1000, -1)
+                   .AllLayouts(L::kTokenMajor));
+  cs.push_back(Shape("token_major_tiny", 2, 4, 2, 2, 8, 16, 16)
+                   .Causal()
+                   .AllLayouts(L::kTokenMajor));
+  // A KV cache with spare capacity: kv_len rows filled, the batch stride
+  // counts C > kv_len (NaN in the spare rows).
+  cs.push_back(Shape("cache_capacity_row", 2, 8, 2, 1, 200, 32, 32)
+                   .Causal()
+                   .Window(64, -1)
+                   .Layouts(L::kTokenMajor, L::kCapacity, L::kCapacity,
+                            L::kTokenMajor));
+  cs.push_back(Shape("cache_capacity_tile", 2, 4, 2, 33, 90, 16, 8)
+                   .Causal()
+                   .Alibi(0.25f)
+                   .Layouts(L::kTokenMajor, L::kCapacity, L::kCapacity,
+                            L::kCapacity));
+  cs.push_back(Shape("head_capacity_tile", 2, 4, 4, 20, 70, 16, 16)
+                   .Causal()
+                   .Layouts(L::kDense, L::kHeadCapacity, L::kHeadCapacity,
+                            L::kHeadCapacity));
+  cs.push_back(Shape("head_capacity_split", 1, 2, 2, 1, 1300, 16, 16)
+                   .Layouts(L::kDense, L::kHeadCapacity, L::kHeadCapacity,
+                            L::kPadded));
+  // Gaps everywhere, filled with NaN: none may reach a result, and out's
+  // gaps must keep their bits.
+  cs.push_back(Shape("padded_tile", 2, 4, 2, 40, 100, 17, 15)
+                   .Everything(60, -1)
+                   .QPos({60, 30})
+                   .AllLayouts(L::kPadded));
+  cs.push_back(Shape("padded_row", 2, 8, 2, 1, 300, 16, 16)
+                   .Everything(100, -1)
+                   .AllLayouts(L::kPadded));
+  cs.push_back(Shape("padded_tiny", 2, 4, 2, 1, 5, 7, 9)
+                   .Everything(2, -1)
+                   .AllLayouts(L::kPadded));
+  cs.push_back(Shape("padded_split", 1, 4, 1, 1, 1300, 16, 16)
+                   .Everything(900, -1)
+                   .AllLayouts(L::kPadded));
+  cs.push_back(Shape("explicit_dense_tile", 2, 4, 2, 20, 70, 16, 16)
+                   .Causal()
+                   .AllLayouts(L::kExplicit));
+  // One cache for the whole batch (batch stride 0), distinct queries.
+  cs.push_back(Shape("broadcast_cache_tile", 3, 4, 2, 20, 70, 16, 16)
+                   .Causal()
+                   .QPos({50, 10, 0})
+                   .Layouts(L::kDense, L::kBroadcast, L::kBroadcast,
+                            L::kTokenMajor));
+  cs.push_back(Shape("broadcast_cache_row", 3, 2, 2, 1, 600, 16, 16)
+                   .Window(200, 0)
+                   .QPos({599, 300, 0})
+                   .Layouts(L::kPadded, L::kBroadcast, L::kBroadcast,
+                            L::kPadded));
+  cs.push_back(Shape("broadcast_query_tile", 2, 2, 2, 20, 40, 8, 8)
+                   .Causal()
+                   .KvStart({0, 10})
+                   .Layouts(L::kBroadcast, L::kTokenMajor, L::kTokenMajor,
+                            L::kDense));
+  // ---- no keys: every row gets out 0 and lse -inf, or its sink
+  cs.push_back(Shape("kv0_tile", 2, 4, 2, 40, 0, 16, 16));
+  cs.push_back(
+      Shape("kv0_sinks_tile", 2, 4, 2, 40, 0, 16, 16).WithSinks(Sinks::kMixed));
+  cs.push_back(Shape("kv0_sinks_row", 2, 4, 4, 1, 0, 8, 8)
+                   .Everything(4, -1)
+                   .QPos({3, -3}));
+  cs.push_back(Shape("kv0_padded", 2, 4, 2, 3, 0, 8, 5)
+                   .WithSinks(Sinks::kRandom)
+                   .AllLayouts(L::kPadded));
+  return cs;
+}
+
+// ---------------------------------------------------------------------------
+// A case's descriptor and inputs.
+
+struct Built {
+  qkv_attention_desc desc;
+  Tensor q, k, v;
+  Layout out_layout = Layout::kDense;
+  std::vector<float> bias, slopes, sinks, w_q, w_k, w_v;
+  std::vector<int32_t> lens, q_pos, kv_start;
+  std::string backend;
+  float max_abs_v = 0.0f;
+
+  // desc with its pointers set into this object.
+  qkv_attention_desc Bound() const {
+    qkv_attention_desc d = desc;
+    d.q_strides = q.strides;
+    d.k_strides = k.strides;
+    d.v_strides = v.strides;
+    d.out_strides = MakeTensor(out_layout, d.batch, d.q_heads, d.q_len,
+                               d.value_dim)
+                        .strides;
+    if (!lens.empty()) d.valid_lens = lens.data();
+    if (!bias.empty()) d.bias = bias.data();
+    if (!slopes.empty()) d.alibi_slopes = slopes.data();
+    if (!sinks.empty()) d.sinks = sinks.data();
+    if (!q_pos.empty()) d.q_pos = q_pos.data();
+    if (!kv_start.empty()) d.kv_start = kv_start.data();
+    if (!w_q.empty()) d.additive_w_q = w_q.data();
+    if (!w_k.empty()) d.additive_w_k = w_k.data();
+    if (!w_v.empty()) d.additive_w_v = w_v.data();
+    d.backend = backend.empty() ? nullptr : backend.c_str();
+    return d;
+  }
+  Tensor NewOut() const {
+    return MakeTensor(out_layout, desc.batch, desc.q_heads, desc.q_len,
+                      desc.value_dim);
+  }
+};
+
+std::unique_ptr<Built> Build(const VCase& c, const std::string& backend) {
+  auto p = std::make_unique<Built>();
+  p->backend = backend;
+  qkv_attention_desc& d = p->desc;
+  qkv_attention_desc_init(&d, c.batch, c.q_heads, c.kv_heads, c.q_len,
+                          c.kv_len, c.head_dim, c.value_dim);
+  d.score = c.score;
+  if (c.has_scale) d.scale = c.scale;
+  d.mask = c.mask;
+  d.window_left = c.window_left;
+  d.window_right = c.window_right;
+  d.softcap = c.softcap;
+  std::mt19937 rng(SeedFromName(c.name));
+  p->q = MakeTensor(c.q_layout, c.batch, c.q_heads, c.q_len, c.head_dim);
+  p->k = MakeTensor(c.k_layout, c.batch, c.kv_heads, c.kv_len, c.head_dim);
+  p->v = MakeTensor(c.v_layout, c.batch, c.kv_heads, c.kv_len, c.value_dim);
+  FillTensor(&p->q, &rng, c.q_mag, c.multiples);
+  FillTensor(&p->k, &rng, c.k_mag, c.multiples);
+  FillTensor(&p->v, &rng, c.v_mag, false);
+  p->out_layout = c.out_layout;
+  for (size_t i = 0; i < p->v.buf.size(); ++i) {
+    if (p->v.addressed[i]) {
+      p->max_abs_v = std::max(p->max_abs_v, std::fabs(p->v.buf[i]));
+    }
+  }
+  if (c.alibi != 0.0f) {
+    for (int64_t h = 0; h < c.q_heads; ++h) {
+      p->slopes.push_back(std::ldexp(c.alibi, -static_cast<int>(h % 4)));
+    }
+  }
+  if (c.sinks == Sinks::kRandom) {
+    std::uniform_real_distribution<float> s(-2.0f, 2.0f);
+    for (int64_t h = 0; h < c.q_heads; ++h) {
+      p->sinks.push_back(h == 1 ? -kInf : s(rng));
+    }
+  } else if (c.sinks == Sinks::kMixed) {
+    const float kMixed[4] = {50.0f, -50.0f, -kInf, 0.75f};
+    for (int64_t h = 0; h < c.q_heads; ++h) p->sinks.push_back(kMixed[h % 4]);
+  } else if (c.sinks == Sinks::kHuge) {
+    const float kHuge[4] = {1e30f, -1e30f, 3e38f, -3e38f};
+    for (int64_t h = 0; h < c.q_heads; ++h) p->sinks.push_back(kHuge[h % 4]);
+  }
+  p->q_pos = c.q_pos;
+  p->kv_start = c.kv_start;
+  if (!c.lens.empty()) {
+    p->lens = c.lens;
+  } else if (c.lens_per_query) {
+    d.valid_lens_per_query = 1;
+    std::uniform_int_distribution<int32_t> len(0,
+                                               static_cast<int32_t>(c.kv_len));
+    for (int64_t r = 0; r < c.batch * c.q_len; ++r) {
+      p->lens.push_back(r % 3 == 0 ? static_cast<int32_t>(c.kv_len) : len(rng));
+    }
+  }
+  if (c.bias) {
+    d.bias_head_stride = c.q_len * c.kv_len;
+    d.bias_batch_stride = c.q_heads * d.bias_head_stride;
+    // (At least one element: a BIAS mask needs a pointer even when there
+    // is no score to add it to.)
+    p->bias.resize(static_cast<size_t>(
+        std::max<int64_t>(c.batch * d.bias_batch_stride, 1)));
+    FillUniform(&p->bias, &rng, -1.0f, 1.0f);
+    for (size_t i = 0; i < p->bias.size(); i += 7) p->bias[i] = -kInf;
+  }
+  if (c.score == QKV_SCORE_ADDITIVE) {
+    d.additive_hidden = c.hidden;
+    p->w_q.resize(static_cast<size_t>(c.hidden * c.head_dim));
+    p->w_k.resize(static_cast<size_t>(c.hidden * c.head_dim));
+    p->w_v.resize(static_cast<size_t>(c.hidden));
+    FillUniform(&p->w_q, &rng, -0.5f, 0.5f);
+    FillUniform(&p->w_k, &rng, -0.5f, 0.5f);
+    FillUniform(&p->w_v, &rng, -1.0f, 1.0f);
+  }
+  return p;
+}
+
+// The oracle of a case, computed once per process (its inputs do not
+// depend on the backend).
+const OracleOutput& OracleFor(const VCase& c, const Built& p) {
+  static std::mutex mu;
+  static std::map<std::string, OracleOutput> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(c.name);
+  if (it == cache.end()) {
+    const qkv_attention_desc d = p.Bound();
+    it = cache
+             .emplace(c.name, OracleAttention(d, p.q.data(), p.k.data(),
+                                              p.v.data()))
+             .first;
+  }
+  return it->second;
+}
+
+// ---------------------------------------------------------------------------
+// Calls.
+
+struct Result {
+  qkv_status status = QKV_ERR_INVALID_ARGUMENT;
+  Tensor out;
+  std::vector<float> weights, lse;  // empty when not asked for
+};
+
+struct CallOptions {
+  bool weights = true;
+  bool lse = true;
+  bool general_entry = false;  // qkv_attention instead of qkv_attention_f32
+  bool check_short_workspace = true;
+};
+
+qkv_status Call(bool general, const qkv_attention_desc& d, const Built& p,
+                float* out, float* weights, float* lse, void* ws,
+                size_t ws_size) {
+  return general ? qkv_attention(&d, p.q.data(), p.k.data(), p.v.data(), out,
+                                 weights, lse, ws, ws_size)
+                 : qkv_attention_f32(&d, p.q.data(), p.k.data(), p.v.data(),
+                                     out, weights, lse, ws, ws_size);
+}
+
+// One call with exactly the queried workspace (misaligned). Records a
+// failure if anything outside the addressed out elements, weights, lse or
+// the workspace is written, or a refused call wrote anything.
+Result RunCall(const Built& p, const qkv_attention_desc& d,
+           const CallOptions& opt = CallOptions()) {
+  Result r;
+  r.out = p.NewOut();
+  const std::vector<float> out_before = r.out.buf;
+  GuardedBuffer weights(opt.weights ? NumWeights(d) : 0);
+  GuardedBuffer lse(opt.lse ? NumLse(d) : 0);
+  float* w_ptr = opt.weights ? weights.data() : nullptr;
+  float* lse_ptr = opt.lse ? lse.data() : nullptr;
+
+  const size_t ws_size = qkv_attention_workspace_size(&d);
+  if (opt.check_short_workspace && ws_size > 0) {
+    MisalignedWorkspace short_ws(ws_size - 1);
+    const qkv_status st = Call(opt.general_entry, d, p, r.out.data(), w_ptr,
+                               lse_ptr, short_ws.data(), short_ws.size());
+    EXPECT_EQ(st, QKV_ERR_WORKSPACE_TOO_SMALL)
+        << "workspace of " << ws_size - 1 << " bytes, query said " << ws_size;
+    EXPECT_TRUE(BitwiseEqual(r.out.buf, out_before) &&
+                weights.BodyUntouched() && lse.BodyUntouched())
+        << "a call refused for its workspace wrote to an output";
+    EXPECT_TRUE(short_ws.GuardsIntact()) << "wrote outside the workspace";
+  }
+  MisalignedWorkspace ws(ws_size);
+  r.status = Call(opt.general_entry, d, p, r.out.data(), w_ptr, lse_ptr,
+                  ws_size > 0 ? ws.data() : nullptr, ws_size);
+  EXPECT_TRUE(ws.GuardsIntact())
+      << "wrote outside the " << ws_size << "-byte workspace";
+  EXPECT_TRUE(weights.GuardsIntact()) << "wrote outside weights";
+  EXPECT_TRUE(lse.GuardsIntact()) << "wrote outside lse";
+  // Out: every element the strides do not address keeps its bits.
+  size_t touched = 0, first = 0;
+  for (size_t i = 0; i < r.out.buf.size(); ++i) {
+    if (r.out.addressed[i] != 0 && r.status == QKV_OK) continue;
+    if (!IsSentinel(r.out.buf[i])) {
+      if (touched++ == 0) first = i;
+    }
+  }
+  EXPECT_EQ(touched, 0u) << "status " << r.status << ": " << touched
+                         << " out elements outside the addressed ones (or "
+                            "any, on failure) were written, the first at "
+                         << static_cast<int64_t>(first) -
+                                static_cast<int64_t>(kGuard);
+  if (r.status != QKV_OK) {
+    EXPECT_TRUE(weights.BodyUntouched() && lse.BodyUntouched())
+        << "status " << r.status << " but weights or lse were written";
+  }
+  if (opt.weights) r.weights = weights.Body();
+  if (opt.lse) r.lse = lse.Body();
+  return r;
+}
+
+// Why the library refuses the call (for failure messages).
+std::string Explain(const Built& p, const qkv_attention_desc& d) {
+  Tensor out = p.NewOut();
+  char message[256];
+  const qkv_status st = qkv_attention_explain(
+      &d, p.q.data(), p.k.data(), p.v.data(), out.data(), nullptr, nullptr,
+      nullptr, 0, message, sizeof message);
+  return std::string(qkv_status_string(st)) + " (" + message + ")";
+}
+
+bool SameBits(const Result& a, const Result& b) {
+  return a.status == b.status && BitwiseEqual(a.out.buf, b.out.buf) &&
+         BitwiseEqual(a.weights, b.weights) && BitwiseEqual(a.lse, b.lse);
+}
+
+// ---------------------------------------------------------------------------
+// Comparison with the oracle.
+
+void ExpectMatchesOracle(const qkv_attention_desc& d, const OracleOutput& e,
+                         const Result& got, float max_abs_v) {
+  const double out_tol = kOutTol * std::max<double>(max_abs_v, 1e-30);
+  const float* sinks = d.sinks;
+  int reported = 0, bad = 0;
+  auto report = [&](const std::string& what) {
+    ++bad;
+    if (reported < 8) {
+      ++reported;
+      ADD_FAILURE() << what;
+    }
+  };
+  for (int64_t b = 0; b < d.batch; ++b) {
+    for (int64_t h = 0; h < d.q_heads; ++h) {
+      for (int64_t i = 0; i < d.q_len; ++i) {
+        const int64_t row = (b * d.q_heads + h) * d.q_len + i;
+        const std::string where = "b=" + std::to_string(b) +
+                                  " h=" + std::to_string(h) +
+                                  " i=" + std::to_string(i) + " (position " +
+                                  std::to_string(OraclePosition(d, b, i)) + ")";
+        bool sees = false;
+        for (int64_t j = 0; j < d.kv_len; ++j) {
+          sees = sees || e.visible[static_cast<size_t>(row * d.kv_len + j)];
+        }
+        const double exact_lse = e.lse[static_cast<size_t>(row)];
+        if (!got.lse.empty()) {
+          const float g = got.lse[static_cast<size_t>(row)];
+          bool ok;
+          if (!sees) {
+            // Exactly the sink (or -inf without one).
+            const float want = sinks != nullptr ? sinks[h] : -kInf;
+            ok = std::memcmp(&g, &want, sizeof g) == 0;
+          } else {
+            ok = std::fabs(g - exact_lse) <=
+                 kLseTol * std::max(1.0, std::fabs(exact_lse));
+          }
+          if (!ok) {
+            report("lse at " + where + ": got " + std::to_string(g) +
+                   ", exact " + std::to_string(exact_lse) +
+                   (sees ? "" : " (row sees no key)"));
+          }
+        }
+        const float* out_row = got.out.Row(b, h, i);
+        for (int64_t c = 0; c < d.value_dim; ++c) {
+          const float g = out_row[c];
+          const double x = e.out[static_cast<size_t>(row * d.value_dim + c)];
+          const bool ok = sees ? std::fabs(g - x) <= out_tol : g == 0.0f;
+          if (!ok) {
+            report("out at " + where + " c=" + std::to_string(c) + ": got " +
+                   std::to_string(g) + ", exact " + std::to_string(x) +
+                   (sees ? "" : " (row sees no key)") + ", tolerance " +
+                   std::to_string(out_tol));
+          }
+        }
+        if (!got.weights.empty()) {
+          for (int64_t j = 0; j < d.kv_len; ++j) {
+            const size_t idx = static_cast<size_t>(row * d.kv_len + j);
+            const float g = got.weights[idx];
+            const bool visible = e.visible[idx] != 0;
+            const bool ok = visible
+                                ? std::fabs(g - e.weights[idx]) <= kWeightsTol
+                                : g == 0.0f;
+            if (!ok) {
+              report("weights at " + where + " j=" + std::to_string(j) +
+                     ": got " + std::to_string(g) + ", exact " +
+                     std::to_string(e.weights[idx]) +
+                     (visible ? "" : " (key is masked)"));
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << bad << " mismatches in total";
+}
+
+// ---------------------------------------------------------------------------
+// Every backend x case against the oracle.
+
+class VariantsTest
+    : public ::testing::TestWithParam<std::tuple<std::string, VCase>> {};
+
+TEST_P(VariantsTest, MatchesOracle) {
+  const std::string& backend = std::get<0>(GetParam());
+  const VCase& c = std::get<1>(GetParam());
+  const std::unique_ptr<Built> p = Build(c, backend);
+  const qkv_attention_desc d = p->Bound();
+  const std::vector<float> q0 = p->q.buf, k0 = p->k.buf, v0 = p->v.buf;
+
+  const Result full = RunCall(*p, d);
+  EXPECT_TRUE(BitwiseEqual(p->q.buf, q0) && BitwiseEqual(p->k.buf, k0) &&
+              BitwiseEqual(p->v.buf, v0))
+      << "an input buffer was modified";
+  ASSERT_EQ(full.status, QKV_OK) << backend << ": " << Explain(*p, d);
+  const OracleOutput& exact = OracleFor(c, *p);
+  ExpectMatchesOracle(d, exact, full, p->max_abs_v);
+
+  // qkv_attention (k and v as void*, kv_dtype F32) gives the same bits.
+  CallOptions general;
+  general.general_entry = true;
+  general.check_short_workspace = false;
+  const Result g = RunCall(*p, d, general);
+  EXPECT_TRUE(SameBits(full, g))
+      << "qkv_attention differs from qkv_attention_f32";
+
+  // Without weights and lse: out keeps its bits.
+  CallOptions bare;
+  bare.weights = bare.lse = false;
+  bare.check_short_workspace = false;
+  const Result o = RunCall(*p, d, bare);
+  ASSERT_EQ(o.status, QKV_OK);
+  EXPECT_TRUE(BitwiseEqual(o.out.buf, full.out.buf))
+      << "out differs with weights and lse NULL";
+}
+
+std::string ParamName(
+    const ::testing::TestParamInfo<std::tuple<std::string, VCase>>& info) {
+  return std::get<1>(info.param).name + "_" +
+         SanitizeForTestName(std::get<0>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, VariantsTest,
+                         ::testing::Combine(::testing::ValuesIn(BackendNames()),
+                                            ::testing::ValuesIn(AllCases())),
+                         ParamName);
+
+TEST(VariantsCaseListTest, NamesAreUniqueAndShapesValid) {
+  std::map<std::string, int> names;
+  for (const VCase& c : AllCases()) {
+    EXPECT_EQ(names[c.name]++, 0) << "duplicate case " << c.name;
+    if (!c.q_pos.empty()) {
+      EXPECT_EQ(c.q_pos.size(), size_t(c.batch)) << c.name;
+    }
+    if (!c.kv_start.empty()) {
+      EXPECT_EQ(c.kv_start.size(), size_t(c.batch)) << c.name;
+    }
+    if (!c.lens.empty()) {
+      EXPECT_EQ(c.lens.size(), size_t(c.batch)) << c.name;
+    }
+  }
+}
+
+// The cases aim at particular keys: check that they see what their names
+// say (some rows see nothing, windows leave a single key, ...), so that a
+// change of the list cannot quietly make them trivial.
+TEST(VariantsCaseListTest, CasesExerciseWhatTheyClaim) {
+  for (const VCase& c : AllCases()) {
+    if (c.kv_len == 0) continue;
+    const std::unique_ptr<Built> p = Build(c, "");
+    const OracleOutput& e = OracleFor(c, *p);
+    const int64_t rows = c.batch * c.q_heads * c.q_len;
+    int64_t min_keys = c.kv_len, max_keys = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t n = 0;
+      for (int64_t j = 0; j < c.kv_len; ++j) {
+        n += e.visible[static_cast<size_t>(r * c.kv_len + j)];
+      }
+      min_keys = std::min(min_keys, n);
+      max_keys = std::max(max_keys, n);
+    }
+    EXPECT_GT(max_keys, 0) << c.name << ": no row sees a key";
+    if (c.name.find("width1") != std::string::npos) {
+      EXPECT_EQ(max_keys, 1) << c.name;
+    }
+    const bool wants_empty_rows =
+        c.name.find("negative") != std::string::npos ||
+        c.name.find("masked_rows") != std::string::npos ||
+        c.name.find("kv_start_tile") != std::string::npos ||
+        c.name.find("kv_start_row") != std::string::npos ||
+        c.name.find("past_end_tile") != std::string::npos;
+    if (wants_empty_rows) {
+      EXPECT_EQ(min_keys, 0) << c.name << ": expected rows that see no key";
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Empty shapes, per backend.
+
+class VariantsBackendTest : public ::testing::TestWithParam<std::string> {};
+
+// batch 0 or q_len 0: nothing to do, OK, no pointer read (NULL everywhere),
+// nothing written; with every variant set, and with strides.
+TEST_P(VariantsBackendTest, EmptyBatchOrQueriesIsOkAndWritesNothing) {
+  for (int which = 0; which < 2; ++which) {
+    for (bool strided : {false, true}) {
+      SCOPED_TRACE(std::string(which == 0 ? "batch 0" : "q_len 0") +
+                   (strided ? ", token-major" : ", dense"));
+      VCase c = Shape("empty", which == 0 ? 0 : 2, 4, 2, which == 0 ? 5 : 0,
+                      30, 8, 8)
+                    .Causal()
+                    .Window(5, 0)
+                    .Alibi(0.5f)
+                    .Softcap(4.0f)
+                    .WithSinks(Sinks::kMixed);
+      if (strided) c.AllLayouts(Layout::kTokenMajor);
+      if (which == 1) c.QPos({3, 4}).KvStart({0, 2});
+      const std::unique_ptr<Built> p = Build(c, GetParam());
+      const qkv_attention_desc d = p->Bound();
+      EXPECT_EQ(qkv_attention_workspace_size(&d), 0u);
+      // Real (sentinel) buffers: untouched.
+      std::vector<float> out(64, Bits(kSentinel)), w(64, Bits(kSentinel)),
+          lse(64, Bits(kSentinel));
+      const std::vector<float> before = out;
+      EXPECT_EQ(qkv_attention_f32(&d, p->q.data(), p->k.data(), p->v.data(),
+                                  out.data(), w.data(), lse.data(), nullptr, 0),
+                QKV_OK);
+      EXPECT_EQ(qkv_attention(&d, p->q.data(), p->k.data(), p->v.data(),
+                              out.data(), w.data(), lse.data(), nullptr, 0),
+                QKV_OK);
+      EXPECT_TRUE(BitwiseEqual(out, before) && BitwiseEqual(w, before) &&
+                  BitwiseEqual(lse, before));
+      // NULL everywhere.
+      EXPECT_EQ(qkv_attention_f32(&d, nullptr, nullptr, nullptr, nullptr,
+                                  nullptr, nullptr, nullptr, 0),
+                QKV_OK);
+      EXPECT_EQ(qkv_attention(&d, nullptr, nullptr, nullptr, nullptr, nullptr,
+                              nullptr, nullptr, 0),
+                QKV_OK);
+      char msg[128] = "x";
+      EXPECT_EQ(qkv_attention_explain(&d, nullptr, nullptr, nullptr, nullptr,
+                                      nullptr, nullptr, nullptr, 0, msg,
+                                      sizeof msg),
+                QKV_OK);
+      EXPECT_STREQ(msg, "ok");
+    }
+  }
+}
+
+// kv_len 0: k and v are not read (NULL is fine); every row gets out 0 and
+// lse -inf or its sink; the workspace query is 0.
+TEST_P(VariantsBackendTest, NoKeysNeedsNoKeyPointers) {
+  for (bool sinks : {false, true}) {
+    SCOPED_TRACE(sinks ? "sinks" : "no sinks");
+    VCase c = Shape("nokeys", 2, 4, 2, 3, 0, 8, 8).Causal().Window(2, 0);
+    if (sinks) c.WithSinks(Sinks::kRandom);
+    const std::unique_ptr<Built> p = Build(c, GetParam());
+    const qkv_attention_desc d = p->Bound();
+    EXPECT_EQ(qkv_attention_workspace_size(&d), 0u);
+    GuardedBuffer out(NumOut(d)), lse(NumLse(d));
+    float weights_dummy = Bits(kSentinel);  // [..][0]: no element
+    ASSERT_EQ(qkv_attention_f32(&d, p->q.data(), nullptr, nullptr, out.data(),
+                                &weights_dummy, lse.data(), nullptr, 0),
+              QKV_OK);
+    EXPECT_TRUE(out.GuardsIntact() && lse.GuardsIntact());
+    EXPECT_TRUE(IsSentinel(weights_dummy)) << "wrote a weight of no key";
+    for (float x : out.Body()) EXPECT_EQ(x, 0.0f);
+    for (int64_t b = 0; b < d.batch; ++b) {
+      for (int64_t h = 0; h < d.q_heads; ++h) {
+        for (int64_t i = 0; i < d.q_len; ++i) {
+          const float got = lse.Body()[static_cast<size_t>(
+              (b * d.q_heads + h) * d.q_len + i)];
+          const float want = sinks ? p->sinks[static_cast<size_t>(h)] : -kInf;
+          EXPECT_EQ(std::memcmp(&got, &want, sizeof got), 0)
+              << "lse " << got << ", want " << want << " (head " << h << ")";
+        }
+      }
+    }
+  }
+}
+
+// Sinks are one logit per head: with all-equal scores (q = 0) the weights
+// are exactly 1 / (n + exp(sink)) (a check that needs no oracle).
+TEST_P(VariantsBackendTest, SinkShareOfUniformScores) {
+  VCase c = Shape("sink_share", 1, 4, 4, 1, 40, 8, 8).WithSinks(Sinks::kMixed);
+  c.q_mag = 0.0f;
+  const std::unique_ptr<Built> p = Build(c, GetParam());
+  const qkv_attention_desc d = p->Bound();
+  const Result r = RunCall(*p, d);
+  ASSERT_EQ(r.status, QKV_OK);
+  for (int64_t h = 0; h < 4; ++h) {
+    const double sink = p->sinks[static_cast<size_t>(h)];
+    const double denom = 40.0 + std::exp(sink);
+    for (int64_t j = 0; j < 40; ++j) {
+      EXPECT_NEAR(r.weights[static_cast<size_t>(h * 40 + j)], 1.0 / denom,
+                  2e-5)
+          << "head " << h << " (sink " << sink << ") key " << j;
+    }
+    EXPECT_NEAR(r.lse[static_cast<size_t>(h)], std::log(denom),
+                2e-5 * std::max(1.0, std::log(denom)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, VariantsBackendTest,
+                         ::testing::ValuesIn(BackendNames()),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                           return SanitizeForTestName(i.param);
+                         });
+
+// ---------------------------------------------------------------------------
+// Bitwise identical for 1, 2 and 3 workers of a real pool, and with no pool.
+
+std::vector<VCase> DeterminismCases() {
+  const std::vector<std::string> names = {
+      "combined_tile_gqa", "combined_row_split", "combined_tiny8",
+      "padded_split",      "token_major_tile",   "window_last_split_only",
+      "kv_start_split"};
+  std::vector<VCase> r;
+  for (const VCase& c : AllCases()) {
+    if (std::find(names.begin(), names.end(), c.name) != names.end()) {
+      r.push_back(c);
+    }
+  }
+  return r;
+}
+
+class VariantsDeterminismTest
+    : public ::testing::TestWithParam<std::tuple<std::string, VCase>> {};
+
+TEST_P(VariantsDeterminismTest, BitwiseIdenticalForOneTwoThreeWorkers) {
+  const std::string& backend = std::get<0>(GetParam());
+  const VCase& c = std::get<1>(GetParam());
+  const std::unique_ptr<Built> p = Build(c, backend);
+  const qkv_attention_desc serial = p->Bound();
+  CallOptions opt;
+  opt.check_short_workspace = false;
+  const Result base = RunCall(*p, serial, opt);
+  ASSERT_EQ(base.status, QKV_OK) << Explain(*p, serial);
+  for (size_t workers : {size_t{1}, size_t{2}, size_t{3}}) {
+    ThreadPool pool(workers);
+    qkv_attention_desc d = serial;
+    pool.Attach(&d);
+    for (int rep = 0; rep < 2; ++rep) {
+      CallOptions o;
+      o.check_short_workspace = rep == 0;
+      o.general_entry = rep == 1;
+      const Result got = RunCall(*p, d, o);
+      EXPECT_TRUE(SameBits(base, got))
+          << workers << " workers, run " << rep
+          << ": differs from the call without a pool";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Backends, VariantsDeterminismTest,
+    ::testing::Combine(::testing::ValuesIn(BackendNames()),
+                       ::testing::ValuesIn(DeterminismCases())),
+    ParamName);
+
+}  // namespace
+}  // namespace qkv_test
