@@ -17,6 +17,10 @@ measured by the same binary in the same run (limits/...):
   - S1 decode (one query per head: it streams K and V once) instead as GB/s
     of K+V read against the streaming-read limit, 1 thread for workers:1 and
     2 threads for workers:2.
+
+The variants and layouts (vs_plain/...) get their own table: each one's
+time over the plain call's, measured paired in time by the benchmark, the
+median of its repetitions against the issue's target.
 """
 import json
 import os

@@ -357,7 +357,19 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
   const int64_t n_rows = batch * q_heads * q_len;
 
   Problem& p = plan->problem;
-  memset(&p, 0, sizeof(p));
+  // Every field is set here or below (no memset: the Problem is large and a
+  // tiny call's whole budget is a few hundred instructions).
+  p.valid_lens = nullptr;
+  p.valid_lens_per_query = false;
+  p.bias = nullptr;
+  p.bias_batch_stride = p.bias_head_stride = 0;
+  p.additive_hidden = 0;
+  p.w_q = p.w_k = p.w_v = nullptr;
+  p.window = false;
+  p.window_left = p.window_right = -1;
+  p.alibi_slopes = nullptr;
+  p.sinks = nullptr;
+  p.kv_start = nullptr;
   p.batch = batch;
   p.q_heads = q_heads;
   p.kv_heads = kv_heads;

@@ -249,11 +249,18 @@ inline size_t SplitTasks(const Problem& p, size_t tile_rows) {
   return NumTileTasks(p, tile_rows) * static_cast<size_t>(KeySplits(p));
 }
 
+// Split-major: consecutive tasks take the same keys of consecutive kv heads,
+// so a token-major cache ([token][kv_heads][dim]: a head's rows 16 KiB apart
+// for 32 heads of d 128, each row on its own 4 KiB page) is walked a few
+// hundred pages at a time, which the TLB holds for the next heads, instead
+// of every page of the cache once per head (1.66x slower decoding, measured).
+// Dense caches read the same bytes either way.
 inline TileTask SplitTaskAt(const Problem& p, size_t task, size_t tile_rows) {
   const int64_t splits = KeySplits(p);
   if (splits == 1) return TileTaskAt(p, task, tile_rows);
-  TileTask r = TileTaskAt(p, task / static_cast<size_t>(splits), tile_rows);
-  r.split = static_cast<int64_t>(task) % splits;
+  const size_t heads = NumTileTasks(p, tile_rows);
+  TileTask r = TileTaskAt(p, task % heads, tile_rows);
+  r.split = static_cast<int64_t>(task / heads);
   r.key_begin = r.split * kSplitKeys;
   r.key_end = r.key_begin + kSplitKeys < p.kv_len ? r.key_begin + kSplitKeys
                                                   : p.kv_len;

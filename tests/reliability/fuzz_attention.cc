@@ -294,11 +294,14 @@ TensorLayout LayoutOf(const qkv_strides& given, int64_t n0, int64_t n1,
   TensorLayout t;
   const bool empty = n0 == 0 || n1 == 0 || n2 == 0;
   if (given.batch == 0 && given.head == 0 && given.token == 0) {
-    // Dense; the caller checked that the dense count is addressable.
+    // Dense; the caller checked that the dense count is addressable, which
+    // bounds the strides unless the tensor is empty (then they are unused).
     t.st = dim;
-    t.sh = n2 * dim;
-    t.sb = n1 * t.sh;
-    t.end = empty ? 0 : n0 * t.sb;
+    if (!empty) {
+      t.sh = n2 * dim;
+      t.sb = n1 * t.sh;
+      t.end = n0 * t.sb;
+    }
     t.ok = true;
     return t;
   }
