@@ -176,8 +176,13 @@ struct StrideCheck {
   const char* dim_name;
 };
 
+#if defined(__OPTIMIZE_SIZE__)
+#define QKV_OUT_OF_LINE
+#else
+#define QKV_OUT_OF_LINE __attribute__((noinline))
+#endif
 template <bool kExplain>
-__attribute__((noinline)) qkv_status CheckStrides(const qkv_strides& given, int64_t n0, int64_t n1,
+QKV_OUT_OF_LINE qkv_status CheckStrides(const qkv_strides& given, int64_t n0, int64_t n1,
                         int64_t n2, int64_t dim, const StrideCheck* names,
                         bool output, int64_t* sb, int64_t* sh, int64_t* st,
                         int64_t* end, Why* why) {
@@ -250,12 +255,15 @@ __attribute__((noinline)) qkv_status CheckStrides(const qkv_strides& given, int6
   return QKV_OK;
 }
 
-// Dense strides (all zero, the common case) inline; the rest out of line.
+// Dense strides (all zero, the common case) inline when optimizing for
+// speed, the rest out of line; optimizing for size, one CheckStrides does
+// all.
 template <bool kExplain>
 inline __attribute__((always_inline)) qkv_status Strides(const qkv_strides& given, int64_t n0, int64_t n1,
                           int64_t n2, int64_t dim, const StrideCheck* names,
                           bool output, int64_t* sb, int64_t* sh, int64_t* st,
                           int64_t* end, Why* why) {
+#if !defined(__OPTIMIZE_SIZE__)
   if ((given.batch | given.head | given.token) == 0) {
     *st = dim;
     *sh = n2 * dim;  // fits: the caller checked the dense count
@@ -263,6 +271,7 @@ inline __attribute__((always_inline)) qkv_status Strides(const qkv_strides& give
     *end = n0 * *sb;
     return QKV_OK;
   }
+#endif
   return CheckStrides<kExplain>(given, n0, n1, n2, dim, names, output, sb, sh,
                                 st, end, why);
 }
@@ -357,8 +366,12 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
   const int64_t n_rows = batch * q_heads * q_len;
 
   Problem& p = plan->problem;
-  // Every field is set here or below (no memset: the Problem is large and a
-  // tiny call's whole budget is a few hundred instructions).
+  // Every field is set here or below. Optimizing for speed the fields that
+  // may stay unset are stored one by one (a memset of the whole Problem was
+  // a sixth of a tiny call's boundary); for size one memset is smaller.
+#if defined(__OPTIMIZE_SIZE__)
+  memset(&p, 0, sizeof(p));
+#endif
   p.valid_lens = nullptr;
   p.valid_lens_per_query = false;
   p.bias = nullptr;

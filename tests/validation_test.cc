@@ -721,6 +721,39 @@ TEST(ValidationTest, EmptyShapesAreValid) {
   EXPECT_EQ(c.Invoke(nullptr, 0), QKV_ERR_INVALID_ARGUMENT);
 }
 
+// An empty call whose other sizes are huge: the element counts are 0, so
+// the call is valid, and nothing (strides, extents) may overflow on the way
+// (found by the fuzzer: the dense strides of q were multiplied out in int64,
+// undefined behaviour that UBSan reports).
+TEST(ValidationTest, EmptyCallsWithHugeOtherSizes) {
+  struct Shape {
+    int64_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, value_dim;
+  };
+  const Shape shapes[] = {
+      {0, 360287970240036863, 1, 2, 1, 39, 1},
+      {0, int64_t{1} << 40, int64_t{1} << 40, int64_t{1} << 30, 3,
+       int64_t{1} << 20, 1},
+      {3, int64_t{1} << 61, 1, 0, 5, 4, 4},
+  };
+  for (const Shape& s : shapes) {
+    qkv_attention_desc d;
+    qkv_attention_desc_init(&d, s.batch, s.q_heads, s.kv_heads, s.q_len,
+                            s.kv_len, s.head_dim, s.value_dim);
+    SCOPED_TRACE("batch " + std::to_string(s.batch) + " q_heads " +
+                 std::to_string(s.q_heads) + " q_len " +
+                 std::to_string(s.q_len));
+    EXPECT_EQ(qkv_attention_workspace_size(&d), 0u);
+    EXPECT_EQ(qkv_attention_f32(&d, nullptr, nullptr, nullptr, nullptr,
+                                nullptr, nullptr, nullptr, 0),
+              QKV_OK);
+    char message[128];
+    EXPECT_EQ(qkv_attention_explain(&d, nullptr, nullptr, nullptr, nullptr,
+                                    nullptr, nullptr, nullptr, 0, message,
+                                    sizeof message),
+              QKV_OK);
+  }
+}
+
 // The limits of the stride rules, on the accepted side: a stride equal to
 // head_dim (value_dim for v), batch stride 0 on inputs, out's rows
 // interleaved by head (token-major), out ending exactly where weights

@@ -63,6 +63,30 @@ void Check(bool ok, const char* what) {
   if (!ok) Fail(what, 0, 1);
 }
 
+// weights within 2e-5 and lse within 1e-5 relative (-inf exactly) of the
+// oracle's g_ref_w and g_ref_lse.
+void CheckWeightsAndLse(const float* w, int n_w, const float* lse,
+                        int64_t rows) {
+  for (int i = 0; i < n_w; ++i) {
+    ++g_checks;
+    if (!(fabs(w[i] - g_ref_w[i]) <= 2e-5)) {
+      Fail("weights", w[i], g_ref_w[i]);
+      break;
+    }
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    ++g_checks;
+    const double want = g_ref_lse[i];
+    const bool ok = want == -INFINITY
+                        ? lse[i] == -INFINITY
+                        : fabs(lse[i] - want) <= 1e-5 * (1 + fabs(want));
+    if (!ok) {
+      Fail("lse", lse[i], want);
+      break;
+    }
+  }
+}
+
 // A small xorshift generator: the same inputs on every board.
 uint32_t g_rng = 1;
 float Uniform(float lo, float hi) {
@@ -278,24 +302,7 @@ void RunCase(const char* name, qkv_attention_desc d) {
       break;
     }
   }
-  for (int i = 0; i < n_w; ++i) {
-    ++g_checks;
-    if (!(fabs(w[i] - g_ref_w[i]) <= 2e-5)) {
-      Fail("weights", w[i], g_ref_w[i]);
-      break;
-    }
-  }
-  for (size_t i = 0; i < rows; ++i) {
-    ++g_checks;
-    const double want = g_ref_lse[i];
-    const bool ok = want == -INFINITY
-                        ? lse[i] == -INFINITY
-                        : fabs(lse[i] - want) <= 1e-5 * (1 + fabs(want));
-    if (!ok) {
-      Fail("lse", lse[i], want);
-      break;
-    }
-  }
+  CheckWeightsAndLse(w, n_w, lse, static_cast<int64_t>(rows));
 
   // Three workers, tasks in reverse: bitwise the same (the macro covers the
   // bigger workspace too).
@@ -797,24 +804,7 @@ void RunVariantCase(const char* name, qkv_attention_desc d) {
       break;
     }
   }
-  for (int i = 0; i < n_w; ++i) {
-    ++g_checks;
-    if (!(fabs(w[i] - g_ref_w[i]) <= 2e-5)) {
-      Fail("weights", w[i], g_ref_w[i]);
-      break;
-    }
-  }
-  for (int64_t i = 0; i < rows; ++i) {
-    ++g_checks;
-    const double want = g_ref_lse[i];
-    const bool ok = want == -INFINITY
-                        ? lse[i] == -INFINITY
-                        : fabs(lse[i] - want) <= 1e-5 * (1 + fabs(want));
-    if (!ok) {
-      Fail("lse", lse[i], want);
-      break;
-    }
-  }
+  CheckWeightsAndLse(w, n_w, lse, rows);
 
   // Three workers, tasks in reverse: the same bits at every addressed
   // element.
