@@ -2,7 +2,8 @@
 # CTest's check that the benchmark and its report still work together (not a
 # timing: nothing here looks at speed). Runs a few of qkv_bench's benchmarks
 # briefly, one of each kind the report reads (a limit, a shape on every
-# backend and OpenBLAS, a paired scaling), then report.py on the JSON, and
+# backend and OpenBLAS, a paired scaling, a variant against the plain
+# call), then report.py on the JSON, and
 # checks that every table came out.
 #   bench/smoke.sh QKV_BENCH OUT_DIR
 set -euo pipefail
@@ -13,7 +14,7 @@ mkdir -p "$OUT"
 PY=/usr/bin/python3
 [[ -x "$PY" ]] || PY=python3
 export OPENBLAS_NUM_THREADS=1
-FILTER='^(limits/fma_peak/[^/]*/threads:1/|attention_f32/S4_toy/|scaling/S3_small/)'
+FILTER='^(limits/fma_peak/[^/]*/threads:1/|attention_f32/S4_toy/|scaling/S3_small/|vs_plain/S3_small/padded_cache/)'
 "$BIN" --benchmark_filter="$FILTER" \
   --benchmark_min_time=0.01 --benchmark_repetitions=2 \
   --benchmark_out="$OUT/report.json" --benchmark_out_format=json \
@@ -22,7 +23,8 @@ FILTER='^(limits/fma_peak/[^/]*/threads:1/|attention_f32/S4_toy/|scaling/S3_smal
 fail=0
 for want in '## Machine limits' 'FMA peak' \
             '## Two workers against one, paired in time' '| S3_small ' \
-            '## S1-S4 and the other score kinds' '| S4_toy ' 'reference'; do
+            '## S1-S4 and the other score kinds' '| S4_toy ' 'reference' \
+            '## Variants and layouts against the plain call' 'K, V in a cache of'; do
   if ! grep -qF -- "$want" "$OUT/report.md"; then
     echo "smoke: '$want' missing from $OUT/report.md" >&2
     fail=1
