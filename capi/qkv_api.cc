@@ -181,6 +181,22 @@ struct StrideCheck {
 #else
 #define QKV_OUT_OF_LINE __attribute__((noinline))
 #endif
+// Dense strides of an n0 x n1 x n2 x dim tensor, and one past its last
+// element. The caller has checked that the count fits when the tensor has
+// elements; an empty batch (n0 = 0) may come with any other sizes, and then
+// the strides are never used: 0.
+inline void DenseStrides(int64_t n0, int64_t n1, int64_t n2, int64_t dim,
+                         int64_t* sb, int64_t* sh, int64_t* st, int64_t* end) {
+  if (n0 == 0) {
+    *sb = *sh = *st = *end = 0;
+    return;
+  }
+  *st = dim;
+  *sh = n2 * dim;
+  *sb = n1 * *sh;
+  *end = n0 * *sb;
+}
+
 template <bool kExplain>
 QKV_OUT_OF_LINE qkv_status CheckStrides(const qkv_strides& given, int64_t n0, int64_t n1,
                         int64_t n2, int64_t dim, const StrideCheck* names,
@@ -188,10 +204,7 @@ QKV_OUT_OF_LINE qkv_status CheckStrides(const qkv_strides& given, int64_t n0, in
                         int64_t* end, Why* why) {
   const bool empty = n0 == 0 || n1 == 0 || n2 == 0;
   if (given.batch == 0 && given.head == 0 && given.token == 0) {
-    *st = dim;
-    *sh = n2 * dim;  // fits: the caller checked the dense count
-    *sb = n1 * *sh;
-    *end = empty ? 0 : n0 * *sb;
+    DenseStrides(n0, n1, n2, dim, sb, sh, st, end);
     return QKV_OK;
   }
   const int64_t s[3] = {given.batch, given.head, given.token};
@@ -265,10 +278,7 @@ inline __attribute__((always_inline)) qkv_status Strides(const qkv_strides& give
                           int64_t* end, Why* why) {
 #if !defined(__OPTIMIZE_SIZE__)
   if ((given.batch | given.head | given.token) == 0) {
-    *st = dim;
-    *sh = n2 * dim;  // fits: the caller checked the dense count
-    *sb = n1 * *sh;
-    *end = n0 * *sb;
+    DenseStrides(n0, n1, n2, dim, sb, sh, st, end);
     return QKV_OK;
   }
 #endif
@@ -427,8 +437,11 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
     // The last element read: (B-1)*sb + (H-1)*sh + Lq*Lk - 1.
     const int64_t last_b = Mul(batch > 0 ? batch - 1 : 0, batch_stride);
     const int64_t last_h = Mul(q_heads - 1, head_stride);
-    const int64_t row_block = q_len * kv_len;  // fits: weights' count does
-    if (last_b < 0 || last_h < 0 || last_b > INT64_MAX - last_h ||
+    // (Checked: with batch 0 the weights' count is 0 whatever q_len * kv_len
+    // is.)
+    const int64_t row_block = Mul(q_len, kv_len);
+    if (row_block < 0 || last_b < 0 || last_h < 0 ||
+        last_b > INT64_MAX - last_h ||
         last_b + last_h > INT64_MAX - row_block ||
         !Addressable(last_b + last_h + row_block)) {
       return QKV_INVALID(kWhyTooLarge, "bias");
@@ -447,7 +460,7 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
     if (w_k == nullptr) return QKV_INVALID(kWhyNullArray, "additive_w_k");
     if (w_v == nullptr) return QKV_INVALID(kWhyNullArray, "additive_w_v");
     if (!Addressable(Mul(hidden, head_dim)) ||
-        !Addressable(Mul(hidden, kv_len + 1)) ||
+        kv_len == INT64_MAX || !Addressable(Mul(hidden, kv_len + 1)) ||
         !Addressable(Mul(kv_rows, hidden)) ||
         !Addressable(Mul(n_rows, hidden))) {
       return QKV_INVALID(kWhyTooLarge, "additive_hidden");
