@@ -752,6 +752,19 @@ TEST(ValidationTest, EmptyCallsWithHugeOtherSizes) {
                                     sizeof message),
               QKV_OK);
   }
+  // With a bias: its [q_len][kv_len] block (2^62 * 65537 elements) is not
+  // addressable, which is refused without overflowing on the way (found by
+  // the fuzzer: q_len * kv_len was taken to fit because the weights' count
+  // does, which is 0 here).
+  qkv_attention_desc d;
+  qkv_attention_desc_init(&d, 0, 2, 1, int64_t{1} << 62, 65537, 2, 2);
+  const float bias[1] = {0.0f};
+  d.mask = QKV_MASK_BIAS;
+  d.bias = bias;
+  EXPECT_EQ(qkv_attention_workspace_size(&d), 0u);
+  EXPECT_EQ(qkv_attention_f32(&d, nullptr, nullptr, nullptr, nullptr, nullptr,
+                              nullptr, nullptr, 0),
+            QKV_ERR_INVALID_ARGUMENT);
 }
 
 // The limits of the stride rules, on the accepted side: a stride equal to

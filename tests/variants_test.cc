@@ -8,7 +8,10 @@
 // broadcast over the batch); kv_len 0, batch 0 and q_len 0; the general
 // entry qkv_attention; bitwise identical results for 1, 2 and 3 workers.
 //
-// Test names end in the backend, e.g. ".../combined_row_split_highway_AVX2".
+// One test per case ("Cases/VariantsTest.MatchesOracleOnEveryBackend/
+// combined_row_split"), each running every backend in turn (a failure names
+// the backend): a test per backend and case would start ~900 processes
+// under CTest, most of the suite's time.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,7 +25,6 @@
 #include <ostream>
 #include <random>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -944,12 +946,7 @@ void ExpectMatchesOracle(const qkv_attention_desc& d, const OracleOutput& e,
 // ---------------------------------------------------------------------------
 // Every backend x case against the oracle.
 
-class VariantsTest
-    : public ::testing::TestWithParam<std::tuple<std::string, VCase>> {};
-
-TEST_P(VariantsTest, MatchesOracle) {
-  const std::string& backend = std::get<0>(GetParam());
-  const VCase& c = std::get<1>(GetParam());
+void CheckAgainstOracle(const VCase& c, const std::string& backend) {
   const std::unique_ptr<Built> p = Build(c, backend);
   const qkv_attention_desc d = p->Bound();
   const std::vector<float> q0 = p->q.buf, k0 = p->k.buf, v0 = p->v.buf;
@@ -980,16 +977,21 @@ TEST_P(VariantsTest, MatchesOracle) {
       << "out differs with weights and lse NULL";
 }
 
-std::string ParamName(
-    const ::testing::TestParamInfo<std::tuple<std::string, VCase>>& info) {
-  return std::get<1>(info.param).name + "_" +
-         SanitizeForTestName(std::get<0>(info.param));
+class VariantsTest : public ::testing::TestWithParam<VCase> {};
+
+TEST_P(VariantsTest, MatchesOracleOnEveryBackend) {
+  for (const std::string& backend : BackendNames()) {
+    SCOPED_TRACE("backend " + backend);
+    CheckAgainstOracle(GetParam(), backend);
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, VariantsTest,
-                         ::testing::Combine(::testing::ValuesIn(BackendNames()),
-                                            ::testing::ValuesIn(AllCases())),
-                         ParamName);
+std::string CaseName(const ::testing::TestParamInfo<VCase>& info) {
+  return info.param.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, VariantsTest, ::testing::ValuesIn(AllCases()),
+                         CaseName);
 
 TEST(VariantsCaseListTest, NamesAreUniqueAndShapesValid) {
   std::map<std::string, int> names;
@@ -1042,13 +1044,11 @@ TEST(VariantsCaseListTest, CasesExerciseWhatTheyClaim) {
 }
 
 // ---------------------------------------------------------------------------
-// Empty shapes, per backend.
-
-class VariantsBackendTest : public ::testing::TestWithParam<std::string> {};
+// Empty shapes and sinks without an oracle, on every backend.
 
 // batch 0 or q_len 0: nothing to do, OK, no pointer read (NULL everywhere),
 // nothing written; with every variant set, and with strides.
-TEST_P(VariantsBackendTest, EmptyBatchOrQueriesIsOkAndWritesNothing) {
+void EmptyBatchOrQueriesIsOkAndWritesNothing(const std::string& backend) {
   for (int which = 0; which < 2; ++which) {
     for (bool strided : {false, true}) {
       SCOPED_TRACE(std::string(which == 0 ? "batch 0" : "q_len 0") +
@@ -1062,7 +1062,7 @@ TEST_P(VariantsBackendTest, EmptyBatchOrQueriesIsOkAndWritesNothing) {
                     .WithSinks(Sinks::kMixed);
       if (strided) c.AllLayouts(Layout::kTokenMajor);
       if (which == 1) c.QPos({3, 4}).KvStart({0, 2});
-      const std::unique_ptr<Built> p = Build(c, GetParam());
+      const std::unique_ptr<Built> p = Build(c, backend);
       const qkv_attention_desc d = p->Bound();
       EXPECT_EQ(qkv_attention_workspace_size(&d), 0u);
       // Real (sentinel) buffers: untouched.
@@ -1096,12 +1096,12 @@ TEST_P(VariantsBackendTest, EmptyBatchOrQueriesIsOkAndWritesNothing) {
 
 // kv_len 0: k and v are not read (NULL is fine); every row gets out 0 and
 // lse -inf or its sink; the workspace query is 0.
-TEST_P(VariantsBackendTest, NoKeysNeedsNoKeyPointers) {
+void NoKeysNeedsNoKeyPointers(const std::string& backend) {
   for (bool sinks : {false, true}) {
     SCOPED_TRACE(sinks ? "sinks" : "no sinks");
     VCase c = Shape("nokeys", 2, 4, 2, 3, 0, 8, 8).Causal().Window(2, 0);
     if (sinks) c.WithSinks(Sinks::kRandom);
-    const std::unique_ptr<Built> p = Build(c, GetParam());
+    const std::unique_ptr<Built> p = Build(c, backend);
     const qkv_attention_desc d = p->Bound();
     EXPECT_EQ(qkv_attention_workspace_size(&d), 0u);
     GuardedBuffer out(NumOut(d)), lse(NumLse(d));
@@ -1128,10 +1128,10 @@ TEST_P(VariantsBackendTest, NoKeysNeedsNoKeyPointers) {
 
 // Sinks are one logit per head: with all-equal scores (q = 0) the weights
 // are exactly 1 / (n + exp(sink)) (a check that needs no oracle).
-TEST_P(VariantsBackendTest, SinkShareOfUniformScores) {
+void SinkShareOfUniformScores(const std::string& backend) {
   VCase c = Shape("sink_share", 1, 4, 4, 1, 40, 8, 8).WithSinks(Sinks::kMixed);
   c.q_mag = 0.0f;
-  const std::unique_ptr<Built> p = Build(c, GetParam());
+  const std::unique_ptr<Built> p = Build(c, backend);
   const qkv_attention_desc d = p->Bound();
   const Result r = RunCall(*p, d);
   ASSERT_EQ(r.status, QKV_OK);
@@ -1148,11 +1148,26 @@ TEST_P(VariantsBackendTest, SinkShareOfUniformScores) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, VariantsBackendTest,
-                         ::testing::ValuesIn(BackendNames()),
-                         [](const ::testing::TestParamInfo<std::string>& i) {
-                           return SanitizeForTestName(i.param);
-                         });
+TEST(VariantsEveryBackendTest, EmptyBatchOrQueriesIsOkAndWritesNothing) {
+  for (const std::string& backend : BackendNames()) {
+    SCOPED_TRACE("backend " + backend);
+    EmptyBatchOrQueriesIsOkAndWritesNothing(backend);
+  }
+}
+
+TEST(VariantsEveryBackendTest, NoKeysNeedsNoKeyPointers) {
+  for (const std::string& backend : BackendNames()) {
+    SCOPED_TRACE("backend " + backend);
+    NoKeysNeedsNoKeyPointers(backend);
+  }
+}
+
+TEST(VariantsEveryBackendTest, SinkShareOfUniformScores) {
+  for (const std::string& backend : BackendNames()) {
+    SCOPED_TRACE("backend " + backend);
+    SinkShareOfUniformScores(backend);
+  }
+}
 
 // ---------------------------------------------------------------------------
 // Bitwise identical for 1, 2 and 3 workers of a real pool, and with no pool.
@@ -1171,12 +1186,7 @@ std::vector<VCase> DeterminismCases() {
   return r;
 }
 
-class VariantsDeterminismTest
-    : public ::testing::TestWithParam<std::tuple<std::string, VCase>> {};
-
-TEST_P(VariantsDeterminismTest, BitwiseIdenticalForOneTwoThreeWorkers) {
-  const std::string& backend = std::get<0>(GetParam());
-  const VCase& c = std::get<1>(GetParam());
+void CheckWorkerCounts(const VCase& c, const std::string& backend) {
   const std::unique_ptr<Built> p = Build(c, backend);
   const qkv_attention_desc serial = p->Bound();
   CallOptions opt;
@@ -1199,11 +1209,17 @@ TEST_P(VariantsDeterminismTest, BitwiseIdenticalForOneTwoThreeWorkers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Backends, VariantsDeterminismTest,
-    ::testing::Combine(::testing::ValuesIn(BackendNames()),
-                       ::testing::ValuesIn(DeterminismCases())),
-    ParamName);
+class VariantsDeterminismTest : public ::testing::TestWithParam<VCase> {};
+
+TEST_P(VariantsDeterminismTest, BitwiseIdenticalForOneTwoThreeWorkers) {
+  for (const std::string& backend : BackendNames()) {
+    SCOPED_TRACE("backend " + backend);
+    CheckWorkerCounts(GetParam(), backend);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, VariantsDeterminismTest,
+                         ::testing::ValuesIn(DeterminismCases()), CaseName);
 
 }  // namespace
 }  // namespace qkv_test
