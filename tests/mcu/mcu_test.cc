@@ -119,6 +119,41 @@ bool Untouched(const float* buf, int n, bool body) {
   return true;
 }
 
+// The call in the static buffers with its guards: first with a workspace one
+// byte short (refused, nothing written), then in full (OK, nothing written
+// before or past the workspace or outside an output). n_out, n_w and n_r
+// count out, weights and lse. False when the call failed.
+bool CallGuarded(const qkv_attention_desc& d, float* out, float* w,
+                 float* lse, size_t ws, int n_out, int n_w, int n_r) {
+  Poison(g_out, n_out);
+  Poison(g_w, n_w);
+  Poison(g_lse, n_r);
+  qkv_status st =
+      qkv_attention_f32(&d, g_q, g_k, g_v, out, w, lse, g_ws + 1, ws - 1);
+  if (st != QKV_ERR_WORKSPACE_TOO_SMALL) Fail("short workspace status", st, 2);
+  Check(Untouched(g_out, n_out, true) && Untouched(g_w, n_w, true) &&
+            Untouched(g_lse, n_r, true),
+        "a refused call wrote an output");
+
+  memset(g_ws, 0xA5, sizeof g_ws);
+  st = qkv_attention_f32(&d, g_q, g_k, g_v, out, w, lse, g_ws + 1, ws);
+  if (st != QKV_OK) {
+    Fail("status", st, 0);
+    return false;
+  }
+  Check(g_ws[0] == 0xA5, "wrote before the workspace");
+  for (size_t i = ws + 1; i < ws + 1 + 64 && i < sizeof g_ws; ++i) {
+    if (g_ws[i] != 0xA5) {
+      Check(false, "wrote past the workspace");
+      break;
+    }
+  }
+  Check(Untouched(g_out, n_out, false) && Untouched(g_w, n_w, false) &&
+            Untouched(g_lse, n_r, false),
+        "wrote outside an output");
+  return true;
+}
+
 // ------------------------------------------------------------------- oracle
 bool Visible(const qkv_attention_desc& d, int64_t b, int64_t i, int64_t j) {
   if ((d.mask & QKV_MASK_CAUSAL) && j > i + d.kv_len - d.q_len) return false;
@@ -260,32 +295,9 @@ void RunCase(const char* name, qkv_attention_desc d) {
   float* w = g_w + kGuard;
   float* lse = g_lse + kGuard;
 
-  // One byte short: refused, nothing written.
-  Poison(g_out, n_out);
-  Poison(g_w, n_w);
-  Poison(g_lse, static_cast<int>(rows));
-  qkv_status st = qkv_attention_f32(&d, g_q, g_k, g_v, out, w, lse, g_ws + 1, ws - 1);
-  if (st != QKV_ERR_WORKSPACE_TOO_SMALL) Fail("short workspace status", st, 2);
-  Check(Untouched(g_out, n_out, true) && Untouched(g_w, n_w, true) &&
-            Untouched(g_lse, static_cast<int>(rows), true),
-        "a refused call wrote an output");
-
-  memset(g_ws, 0xA5, sizeof g_ws);
-  st = qkv_attention_f32(&d, g_q, g_k, g_v, out, w, lse, g_ws + 1, ws);
-  if (st != QKV_OK) {
-    Fail("status", st, 0);
+  if (!CallGuarded(d, out, w, lse, ws, n_out, n_w, static_cast<int>(rows))) {
     return;
   }
-  Check(g_ws[0] == 0xA5, "wrote before the workspace");
-  for (size_t i = ws + 1; i < ws + 1 + 64 && i < sizeof g_ws; ++i) {
-    if (g_ws[i] != 0xA5) {
-      Check(false, "wrote past the workspace");
-      break;
-    }
-  }
-  Check(Untouched(g_out, n_out, false) && Untouched(g_w, n_w, false) &&
-            Untouched(g_lse, static_cast<int>(rows), false),
-        "wrote outside an output");
 
   double max_v = 0;
   for (int i = 0; i < n_v; ++i) {
@@ -317,7 +329,7 @@ void RunCase(const char* name, qkv_attention_desc d) {
       d.kv_len, d.score == QKV_SCORE_ADDITIVE ? d.additive_hidden : 0, 3);
   if (mcu_backend && ws3 != want3) Fail("3-worker workspace != macro", ws3, want3);
   if (ws3 <= sizeof g_ws) {
-    st = qkv_attention_f32(&dp, g_q, g_k, g_v, out2, nullptr, nullptr, g_ws, ws3);
+    const qkv_status st = qkv_attention_f32(&dp, g_q, g_k, g_v, out2, nullptr, nullptr, g_ws, ws3);
     Check(st == QKV_OK && memcmp(out, out2, n_out * sizeof(float)) == 0,
           "3 workers in reverse order differ from one");
   }
@@ -735,32 +747,7 @@ void RunVariantCase(const char* name, qkv_attention_desc d) {
   float* lse = g_lse + kGuard;
   const int n_o = static_cast<int>(n_out), n_r = static_cast<int>(rows);
 
-  Poison(g_out, n_o);
-  Poison(g_w, n_w);
-  Poison(g_lse, n_r);
-  qkv_status st =
-      qkv_attention_f32(&d, g_q, g_k, g_v, out, w, lse, g_ws + 1, ws - 1);
-  if (st != QKV_ERR_WORKSPACE_TOO_SMALL) Fail("short workspace status", st, 2);
-  Check(Untouched(g_out, n_o, true) && Untouched(g_w, n_w, true) &&
-            Untouched(g_lse, n_r, true),
-        "a refused call wrote an output");
-
-  memset(g_ws, 0xA5, sizeof g_ws);
-  st = qkv_attention_f32(&d, g_q, g_k, g_v, out, w, lse, g_ws + 1, ws);
-  if (st != QKV_OK) {
-    Fail("status", st, 0);
-    return;
-  }
-  Check(g_ws[0] == 0xA5, "wrote before the workspace");
-  for (size_t i = ws + 1; i < ws + 1 + 64 && i < sizeof g_ws; ++i) {
-    if (g_ws[i] != 0xA5) {
-      Check(false, "wrote past the workspace");
-      break;
-    }
-  }
-  Check(Untouched(g_out, n_o, false) && Untouched(g_w, n_w, false) &&
-            Untouched(g_lse, n_r, false),
-        "wrote outside an output");
+  if (!CallGuarded(d, out, w, lse, ws, n_o, n_w, n_r)) return;
 
   // Which elements of out the layout addresses; the rest must keep the
   // sentinel.
@@ -820,7 +807,7 @@ void RunVariantCase(const char* name, qkv_attention_desc d) {
     for (int64_t at = 0; at < n_out; ++at) {
       if (addressed[at]) out2[at] = -1.0f;
     }
-    st = qkv_attention_f32(&dp, g_q, g_k, g_v, out2, nullptr, nullptr, g_ws,
+    const qkv_status st = qkv_attention_f32(&dp, g_q, g_k, g_v, out2, nullptr, nullptr, g_ws,
                            ws3);
     const size_t bytes = static_cast<size_t>(n_out) * sizeof(float);
     Check(st == QKV_OK && memcmp(out, out2, bytes) == 0,
