@@ -79,6 +79,8 @@ struct PipelineBlocks {
   void (*finish_row)(const Problem& p, int64_t row, float m, float l,
                      const float* o, size_t stride, int64_t c_begin,
                      int64_t w_lo, int64_t w_hi);
+  // y[i] = tanh(x[i]) for i < n, as the softcap epilogue computes it.
+  void (*tanh)(const float* x, float* y, size_t n);
 };
 
 // One engine at one SIMD target. Tasks are a fixed split of the problem that

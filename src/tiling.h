@@ -203,6 +203,23 @@ inline bool LastSplitDone(const Problem& p, const unsigned char* shared,
   return done == static_cast<uint32_t>(KeySplits(p));
 }
 
+// Tile groups. Strided K and V rows (a token-major cache: one head's rows
+// heads * dim floats apart) fill only a fraction of each cache page's sets
+// (rows 2 KiB apart use 1/8 of a 4 KiB page's lines), so a kv head's keys
+// and values that would stay in L2 as dense rows do not: every tile's pass
+// over them comes from L3 (S2 token-major was 1.2x the dense call). The
+// tile path then takes kGroupTiles tiles of a kv head per task and gives
+// each key block to all of them in turn (RunTileGroup), each tile doing
+// exactly what it does alone. Dense rows keep one tile per task: their
+// blocks stay cached anyway, and a tile's output and queries stay in L1.
+constexpr int64_t kGroupTiles = 4;
+constexpr int64_t kStridedValueKeys = 16;
+
+inline bool GroupsTiles(const Problem& p) {
+  return !UsesRowPath(p) && p.score != QKV_SCORE_ADDITIVE &&
+         (p.k_st > p.head_dim || p.v_st > p.value_dim);
+}
+
 inline int64_t TilesPerHead(const Problem& p, size_t tile_rows) {
   if (UsesRowPath(p)) return 1;
   const int64_t r = static_cast<int64_t>(tile_rows);

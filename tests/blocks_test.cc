@@ -106,6 +106,49 @@ TEST_P(Blocks, ExpWithinUlpsAndFlushesBelowRange) {
   }
 }
 
+// The softcap's tanh: within 4 * 2^-24 absolute of tanh everywhere (dense
+// near 0, where 1 - exp(-2|x|) cancels, and out to where it is 1), odd,
+// exactly +-1 at +-inf and far out, exactly 0 at 0, NaN for NaN, for every
+// length around the vector width (the tail never writes past n).
+TEST_P(Blocks, SoftcapTanhWithinAbsoluteBound) {
+  std::vector<float> x;
+  for (int i = 0; i < 6000; ++i) {
+    const double u = (i + 0.5) / 6000.0;
+    x.push_back(static_cast<float>(12.0 * u * u * u));
+    x.push_back(-x.back());
+  }
+  for (float e : {1e-30f, 1e-8f, 0.3f, 0.5493061f, 9.0f, 44.0f, 87.0f, 1e4f,
+                  3e38f}) {
+    x.push_back(e);
+    x.push_back(-e);
+  }
+  std::vector<float> y(x.size());
+  b().tanh(x.data(), y.data(), x.size());
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double exact = std::tanh(static_cast<double>(x[i]));
+    worst = std::fmax(worst, std::fabs(y[i] - exact));
+    if (i % 2 == 1) EXPECT_EQ(y[i], -y[i - 1]) << "odd at " << x[i - 1];
+  }
+  EXPECT_LE(worst, 4.0 * std::ldexp(1.0, -24)) << GetParam();
+  const float special[] = {INFINITY, -INFINITY, 0.0f, NAN, 1e4f, -1e4f};
+  for (size_t n : {size_t{1}, N() - 1, N(), N() + 1, 2 * N() + 3}) {
+    if (n == 0) continue;
+    std::vector<float> in(n), out(n + 1, 7.0f);
+    for (size_t i = 0; i < n; ++i) in[i] = special[i % 6];
+    b().tanh(in.data(), out.data(), n);
+    for (size_t i = 0; i < n; ++i) {
+      if (i % 6 == 3) {
+        EXPECT_TRUE(std::isnan(out[i])) << "n " << n;
+      } else {
+        const float want = i % 6 == 2 ? 0.0f : (i % 2 == 0 ? 1.0f : -1.0f);
+        EXPECT_EQ(out[i], want) << "n " << n << " x " << in[i];
+      }
+    }
+    EXPECT_EQ(out[n], 7.0f) << "wrote past n = " << n;
+  }
+}
+
 TEST_P(Blocks, TransposeIsATranspose) {
   const size_t n = b().transpose_lanes;
   if (n == 0) GTEST_SKIP() << "no in-register transpose on this target";

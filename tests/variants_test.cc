@@ -562,6 +562,21 @@ std::vector<VCase> AllCases() {
   cs.push_back(Shape("token_major_tile", 2, 8, 2, 40, 100, 16, 16)
                    .Causal()
                    .AllLayouts(L::kTokenMajor));
+  // Tile groups (strided K/V): 2 x 150 = 300 rows per kv head are 3 tasks
+  // of up to 4 tiles at 16 lanes (the last two tiles: 32 rows and 12, a
+  // one-vector tile), 10 at 4 lanes; a window gives every tile its own
+  // first key, causal its own last; kv_start and q_pos move both.
+  cs.push_back(Shape("token_major_groups", 2, 4, 2, 150, 300, 16, 16)
+                   .Window(40, 3)
+                   .Causal()
+                   .AllLayouts(L::kTokenMajor));
+  cs.push_back(Shape("token_major_groups_everything", 2, 4, 2, 150, 260, 24,
+                     20)
+                   .Everything(70, -1)
+                   .QPos({100, 0})
+                   .KvStart({5, 0})
+                   .Layouts(L::kPadded, L::kTokenMajor, L::kTokenMajor,
+                            L::kTokenMajor));
   cs.push_back(Shape("token_major_row", 2, 8, 2, 1, 300, 64, 64)
                    .Window(128, 0)
                    .WithSinks(Sinks::kRandom)
@@ -1176,6 +1191,7 @@ std::vector<VCase> DeterminismCases() {
   const std::vector<std::string> names = {
       "combined_tile_gqa", "combined_row_split", "combined_tiny8",
       "padded_split",      "token_major_tile",   "window_last_split_only",
+      "token_major_groups_everything",
       "kv_start_split"};
   std::vector<VCase> r;
   for (const VCase& c : AllCases()) {

@@ -75,6 +75,7 @@ struct HwyOps {
   static HWY_INLINE V Add(V a, V b) { return hn::Add(a, b); }
   static HWY_INLINE V Sub(V a, V b) { return hn::Sub(a, b); }
   static HWY_INLINE V Mul(V a, V b) { return hn::Mul(a, b); }
+  static HWY_INLINE V Div(V a, V b) { return hn::Div(a, b); }
   static HWY_INLINE V MulAdd(V a, V b, V c) { return hn::MulAdd(a, b, c); }
   static HWY_INLINE V Max(V a, V b) { return hn::Max(a, b); }
   static HWY_INLINE M Lt(V a, V b) { return hn::Lt(a, b); }

@@ -222,8 +222,24 @@ struct Flash {
     return inv < 3.4e38f ? inv : 3.4e38f;
   }
 
+  // tanh(x) = sign(x) (1 - e) / (1 + e) with e = exp(-2 |x|) by
+  // ExpNonPositive: one exp and one division (which runs beside the FMA
+  // pipes the loop fills; a reciprocal estimate with Newton steps on them
+  // measured slower), a third of the library tanh's work. Absolute error
+  // within 4 * 2^-24: 1 - e loses tanh's relative accuracy near 0, not the
+  // absolute one, which is what a capped score needs (softcap times it is
+  // a few ulp of the cap). tanh(+-inf) = +-1; NaN stays NaN.
+  static QKV_FLASH_INLINE V SoftcapTanh(V x) {
+    const V zero = O::Zero(), one = O::Set(1.0f);
+    const V ax = Abs(x);
+    const V e = ExpNonPositive(O::Mul(ax, O::Set(-2.0f)));
+    const V t = O::Div(O::Sub(one, e), O::Add(one, e));
+    const V signed_t = O::IfThenElse(O::Lt(x, zero), O::Sub(zero, t), t);
+    return O::IfThenElse(O::Eq(x, x), signed_t, x);
+  }
+
   static QKV_FLASH_INLINE V Softcapped(V s, V cap, V inv_cap) {
-    return O::Mul(cap, O::Tanh(O::Mul(s, inv_cap)));
+    return O::Mul(cap, SoftcapTanh(O::Mul(s, inv_cap)));
   }
 
   // |x|.
@@ -370,6 +386,25 @@ struct Flash {
 
   template <int RV, bool kGuard>
   static QKV_FLASH_INLINE void AccumulateOutput(const float* __restrict pt, size_t R,
+                               const float* __restrict v, int64_t dv,
+                               int64_t vs, int64_t nb, V alpha0, V alpha1,
+                               float* __restrict ot, PrefetchStream* pf) {
+    if (vs > dv && nb > kStridedValueKeys) {
+      const V one = O::Set(1.0f);
+      for (int64_t j = 0; j < nb; j += kStridedValueKeys) {
+        const int64_t n = nb - j < kStridedValueKeys ? nb - j : kStridedValueKeys;
+        AccumulateColumns<RV, kGuard>(pt + j * R, R, v + j * vs, dv, vs, n,
+                                      j == 0 ? alpha0 : one,
+                                      j == 0 ? alpha1 : one, ot, pf);
+      }
+      return;
+    }
+    AccumulateColumns<RV, kGuard>(pt, R, v, dv, vs, nb, alpha0, alpha1, ot,
+                                  pf);
+  }
+
+  template <int RV, bool kGuard>
+  static QKV_FLASH_INLINE void AccumulateColumns(const float* __restrict pt, size_t R,
                                const float* __restrict v, int64_t dv,
                                int64_t vs, int64_t nb, V alpha0, V alpha1,
                                float* __restrict ot, PrefetchStream* pf) {
@@ -639,55 +674,72 @@ struct Flash {
     }
   }
 
+  // One key block [j0, j0 + nb) of a tile: scores, epilogue, online
+  // softmax (running max and sum in *m0, *l0 and, for RV 2, *m1, *l1), the
+  // output update. pf: the prefetches that go with the block.
+  template <int RV>
+  static QKV_FLASH_INLINE void TileBlock(const Problem& p, const Operands& op,
+                                         const Tile& tile, int64_t rows,
+                                         size_t R, const RowsSpan& span,
+                                         const EpilogueTerms& terms,
+                                         int64_t j0, int64_t nb,
+                                         BlockPrefetch* pf, V* m0, V* l0,
+                                         V* m1, V* l1) {
+    const int64_t dv = p.value_dim, lk = p.kv_len;
+    float* st = tile.st;
+    Scores<RV>(op, p.w_v, tile.qt, R, op.k + j0 * op.k_st, nb, st, &pf->v);
+    const bool masks = span.Masks(j0, nb);
+    Epilogue<RV>(tile, rows, R, j0, nb, terms, masks, st);
+    if (p.weights != nullptr) {  // raw masked scores; normalized at the end
+      for (int64_t r = 0; r < rows; ++r) {
+        float* w = p.weights + tile.row[r] * lk + j0;
+        for (int64_t j = 0; j < nb; ++j) w[j] = st[j * R + r];
+      }
+    }
+    V alpha0, alpha1 = O::Zero();
+    SoftmaxBlock<RV>(st, R, nb, m0, l0, &alpha0, m1, l1, &alpha1);
+    if (RV == 1) alpha1 = alpha0;
+    const float* v = op.v + j0 * op.v_st;
+    if (masks || terms.bias) {
+      AccumulateOutput<RV, true>(st, R, v, dv, op.v_st, nb, alpha0, alpha1,
+                                 tile.ot, &pf->k);
+    } else {
+      AccumulateOutput<RV, false>(st, R, v, dv, op.v_st, nb, alpha0, alpha1,
+                                  tile.ot, &pf->k);
+    }
+  }
+
+  static EpilogueTerms TermsOf(const Problem& p) {
+    EpilogueTerms terms;
+    terms.softcap = p.softcap;
+    terms.bias = p.bias != nullptr;
+    terms.alibi = p.alibi_slopes != nullptr;
+    return terms;
+  }
+
   template <int RV>
   static void RunTile(const Problem& p, const Operands& op,
                       const TileTask& task, const Tile& tile) {
     const size_t N = O::Lanes();
     const size_t R = RV * N;
-    const int64_t dv = p.value_dim, lk = p.kv_len;
+    const int64_t dv = p.value_dim;
     const int64_t rows = task.rows;
     const RowsSpan span =
         SetUpTileRows(p, op, task.b, task.kvh, task.r0, rows, R, tile);
     PackQueries<RV>(op, rows, R, tile);
 
-    const float* k = op.k;
-    const float* v = op.v;
-    const int64_t ks = op.k_st, vs = op.v_st;
     const V neg_inf = O::Set(-INFINITY);
     V m0 = neg_inf, m1 = neg_inf;
     V l0 = O::Zero(), l1 = O::Zero();
     const bool prefetch = PrefetchesKv(p);
-    const bool bias = p.bias != nullptr;
-    EpilogueTerms terms;
-    terms.softcap = p.softcap;
-    terms.bias = bias;
-    terms.alibi = p.alibi_slopes != nullptr;
-
+    const EpilogueTerms terms = TermsOf(p);
     for (int64_t j0 = span.begin; j0 < span.end; j0 += kBlockKeys) {
       const int64_t nb =
           j0 + kBlockKeys < span.end ? kBlockKeys : span.end - j0;
-      float* st = tile.st;
       BlockPrefetch pf(prefetch, op, dv, j0, nb, span.end, nb / O::kUnroll,
                        dv / O::kUnroll);
-      Scores<RV>(op, p.w_v, tile.qt, R, k + j0 * ks, nb, st, &pf.v);
-      const bool masks = span.Masks(j0, nb);
-      Epilogue<RV>(tile, rows, R, j0, nb, terms, masks, st);
-      if (p.weights != nullptr) {  // raw masked scores; normalized at the end
-        for (int64_t r = 0; r < rows; ++r) {
-          float* w = p.weights + tile.row[r] * lk + j0;
-          for (int64_t j = 0; j < nb; ++j) w[j] = st[j * R + r];
-        }
-      }
-      V alpha0, alpha1 = O::Zero();
-      SoftmaxBlock<RV>(st, R, nb, &m0, &l0, &alpha0, &m1, &l1, &alpha1);
-      if (RV == 1) alpha1 = alpha0;
-      if (masks || bias) {
-        AccumulateOutput<RV, true>(st, R, v + j0 * vs, dv, vs, nb, alpha0,
-                                   alpha1, tile.ot, &pf.k);
-      } else {
-        AccumulateOutput<RV, false>(st, R, v + j0 * vs, dv, vs, nb, alpha0,
-                                    alpha1, tile.ot, &pf.k);
-      }
+      TileBlock<RV>(p, op, tile, rows, R, span, terms, j0, nb, &pf, &m0, &l0,
+                    &m1, &l1);
     }
 
     O::Store(m0, tile.m);
@@ -697,6 +749,98 @@ struct Flash {
       O::Store(l1, tile.sum + N);
     }
     FinishTile<RV>(p, tile, rows, R, span);
+  }
+
+  // A tile of a group: one key block, the running max and sum kept in
+  // tile.m and tile.sum between blocks.
+  template <int RV>
+  static void GroupTileBlock(const Problem& p, const Operands& op,
+                             const Tile& tile, int64_t rows, size_t R,
+                             const RowsSpan& span, const EpilogueTerms& terms,
+                             int64_t j0, bool prefetch) {
+    const size_t N = O::Lanes();
+    const int64_t dv = p.value_dim;
+    const int64_t nb = j0 + kBlockKeys < span.end ? kBlockKeys : span.end - j0;
+    V m0 = O::Load(tile.m), l0 = O::Load(tile.sum);
+    V m1 = m0, l1 = l0;
+    if (RV > 1) {
+      m1 = O::Load(tile.m + N);
+      l1 = O::Load(tile.sum + N);
+    }
+    BlockPrefetch pf(prefetch, op, dv, j0, nb, span.end, nb / O::kUnroll,
+                     dv / O::kUnroll);
+    TileBlock<RV>(p, op, tile, rows, R, span, terms, j0, nb, &pf, &m0, &l0,
+                  &m1, &l1);
+    O::Store(m0, tile.m);
+    O::Store(l0, tile.sum);
+    if (RV > 1) {
+      O::Store(m1, tile.m + N);
+      O::Store(l1, tile.sum + N);
+    }
+  }
+
+  // Up to kGroupTiles tiles of one kv head (GroupsTiles: strided K/V), key
+  // block by key block: the k-th block of every tile, then the next. Each
+  // tile runs exactly the blocks, in the order, that RunTile would (its own
+  // span, from its own first key), so the results are RunTile's bits; only
+  // the interleaving differs, and with it how often a block of strided K/V
+  // rows comes from beyond L2: once per group instead of once per tile.
+  static void RunTileGroup(const Problem& p, const Operands& op,
+                           const TileTask& task, unsigned char* workspace) {
+    const size_t N = O::Lanes(), R = 2 * N;
+    const size_t tile_bytes = LayoutTile(p, N, nullptr, nullptr);
+    Tile tiles[kGroupTiles];
+    RowsSpan spans[kGroupTiles];
+    int64_t rows[kGroupTiles];
+    int64_t count = 0, blocks = 0;
+    for (int64_t r0 = 0; r0 < task.rows && count < kGroupTiles;
+         r0 += static_cast<int64_t>(R), ++count) {
+      Tile& tile = tiles[count];
+      LayoutTile(p, N, workspace + static_cast<size_t>(count) * tile_bytes,
+                 &tile);
+      const int64_t left = task.rows - r0;
+      rows[count] = left < static_cast<int64_t>(R) ? left
+                                                   : static_cast<int64_t>(R);
+      spans[count] = SetUpTileRows(p, op, task.b, task.kvh, task.r0 + r0,
+                                   rows[count], R, tile);
+      if (rows[count] <= static_cast<int64_t>(N)) {
+        PackQueries<1>(op, rows[count], N, tile);
+      } else {
+        PackQueries<2>(op, rows[count], R, tile);
+      }
+      for (size_t i = 0; i < R; ++i) {
+        tile.m[i] = -INFINITY;
+        tile.sum[i] = 0.0f;
+      }
+      const int64_t n =
+          (spans[count].end - spans[count].begin + kBlockKeys - 1) /
+          kBlockKeys;
+      blocks = n > blocks ? n : blocks;
+    }
+    const bool prefetch = PrefetchesKv(p);
+    const EpilogueTerms terms = TermsOf(p);
+    for (int64_t k = 0; k < blocks; ++k) {
+      bool prefetched = false;  // the first tile still running prefetches
+      for (int64_t g = 0; g < count; ++g) {
+        const int64_t j0 = spans[g].begin + k * kBlockKeys;
+        if (j0 >= spans[g].end) continue;
+        if (rows[g] <= static_cast<int64_t>(N)) {
+          GroupTileBlock<1>(p, op, tiles[g], rows[g], N, spans[g], terms, j0,
+                            prefetch && !prefetched);
+        } else {
+          GroupTileBlock<2>(p, op, tiles[g], rows[g], R, spans[g], terms, j0,
+                            prefetch && !prefetched);
+        }
+        prefetched = true;
+      }
+    }
+    for (int64_t g = 0; g < count; ++g) {
+      if (rows[g] <= static_cast<int64_t>(N)) {
+        FinishTile<1>(p, tiles[g], rows[g], N, spans[g]);
+      } else {
+        FinishTile<2>(p, tiles[g], rows[g], R, spans[g]);
+      }
+    }
   }
 
   // ---------------------------------------------------------- row path
@@ -1118,19 +1262,27 @@ struct Flash {
 
   static size_t TileRows() { return 2 * O::Lanes(); }
 
+  // Rows per task: a tile, or a group of them (GroupsTiles).
+  static size_t TaskRows(const Problem& p) {
+    return GroupsTiles(p) ? static_cast<size_t>(kGroupTiles) * TileRows()
+                          : TileRows();
+  }
+
   static size_t NumTasks(const Problem& p) {
-    return SplitTasks(p, TileRows());
+    return SplitTasks(p, TaskRows(p));
   }
 
   static size_t WorkspacePerWorker(const Problem& p) {
-    return UsesTinyPath(p, O::Lanes())
-               ? LayoutTiny(p, O::Lanes(), nullptr, nullptr)
-               : LayoutTile(p, O::Lanes(), nullptr, nullptr);
+    if (UsesTinyPath(p, O::Lanes())) {
+      return LayoutTiny(p, O::Lanes(), nullptr, nullptr);
+    }
+    const size_t tile = LayoutTile(p, O::Lanes(), nullptr, nullptr);
+    return GroupsTiles(p) ? static_cast<size_t>(kGroupTiles) * tile : tile;
   }
 
   static void RunTask(const Problem& p, size_t task,
                       const unsigned char* shared, unsigned char* workspace) {
-    const TileTask t = SplitTaskAt(p, task, TileRows());
+    const TileTask t = SplitTaskAt(p, task, TaskRows(p));
     const Operands op = OperandsFor(p, shared, t.b, t.kvh);
     if (UsesTinyPath(p, O::Lanes())) {
       RunTiny(p, op, t, workspace);
@@ -1140,6 +1292,8 @@ struct Flash {
     LayoutTile(p, O::Lanes(), workspace, &tile);
     if (t.row_path) {
       RunRows(p, op, t, shared, tile);
+    } else if (GroupsTiles(p)) {
+      RunTileGroup(p, op, t, workspace);
     } else if (t.rows <= static_cast<int64_t>(O::Lanes())) {
       RunTile<1>(p, op, t, tile);
     } else {
@@ -1159,6 +1313,18 @@ struct Flash {
     if (i < n) {
       for (size_t u = 0; u < N; ++u) tail[u] = i + u < n ? x[i + u] : 0.0f;
       O::Store(ExpNonPositive(O::Load(tail)), tail);
+      for (size_t u = 0; i + u < n; ++u) y[i + u] = tail[u];
+    }
+  }
+
+  static void BlockTanh(const float* x, float* y, size_t n) {
+    const size_t N = O::Lanes();
+    alignas(64) float tail[kMaxLanes];
+    size_t i = 0;
+    for (; i + N <= n; i += N) O::StoreU(SoftcapTanh(O::LoadU(x + i)), y + i);
+    if (i < n) {
+      for (size_t u = 0; u < N; ++u) tail[u] = i + u < n ? x[i + u] : 0.0f;
+      O::Store(SoftcapTanh(O::Load(tail)), tail);
       for (size_t u = 0; i + u < n; ++u) y[i + u] = tail[u];
     }
   }
@@ -1239,8 +1405,8 @@ struct Flash {
   static constexpr size_t kMaxLanes = 64;
 
   static constexpr PipelineBlocks kBlocks = {
-      &LanesOf, O::kTransposeLanes, &BlockExp, &BlockTranspose, &BlockEpilogue,
-      &BlockFinishRow};
+      &LanesOf,      O::kTransposeLanes, &BlockExp, &BlockTranspose,
+      &BlockEpilogue, &BlockFinishRow,    &BlockTanh};
 
   static constexpr Engine MakeEngine(const char* name) {
     return Engine{name,           &Supports,           &NumTasks,

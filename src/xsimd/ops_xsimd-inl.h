@@ -80,6 +80,7 @@ struct XsimdOps {
   static V Add(const V& a, const V& b) { return a + b; }
   static V Sub(const V& a, const V& b) { return a - b; }
   static V Mul(const V& a, const V& b) { return a * b; }
+  static V Div(const V& a, const V& b) { return a / b; }
   static V Max(const V& a, const V& b) { return xsimd::max(a, b); }
   static M Lt(const V& a, const V& b) { return a < b; }
   static M Gt(const V& a, const V& b) { return a > b; }

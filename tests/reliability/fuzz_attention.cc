@@ -1316,6 +1316,9 @@ void RunOne(const uint8_t* data, size_t size) {
     std::vector<uint8_t> m;
     if (!fits || !t.ok) return m;
     m.assign(size, 0);
+    // An empty tensor addresses nothing, whatever its other sizes (a batch
+    // of 2^40 with q_len 0 fits in no memory at all): no loop over them.
+    if (e.batch == 0 || n1 == 0 || n2 == 0 || dim == 0) return m;
     for (int64_t b = 0; b < e.batch; ++b) {
       for (int64_t h = 0; h < n1; ++h) {
         for (int64_t i = 0; i < n2; ++i) {
