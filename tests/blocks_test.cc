@@ -106,19 +106,22 @@ TEST_P(Blocks, ExpWithinUlpsAndFlushesBelowRange) {
   }
 }
 
-// The softcap's tanh: within 4 * 2^-24 absolute of tanh everywhere (dense
-// near 0, where 1 - exp(-2|x|) cancels, and out to where it is 1), odd,
+// The softcap's tanh: within a few ulp of tanh everywhere (relative: dense
+// near 0, where 1 - exp(-2|x|) would cancel, down to tiny |x|, where tanh x
+// is x, and out to where it is 1; a softcap of 1e4 multiplies the error), odd,
 // exactly +-1 at +-inf and far out, exactly 0 at 0, NaN for NaN, for every
 // length around the vector width (the tail never writes past n).
-TEST_P(Blocks, SoftcapTanhWithinAbsoluteBound) {
+TEST_P(Blocks, SoftcapTanhWithinUlps) {
   std::vector<float> x;
   for (int i = 0; i < 6000; ++i) {
     const double u = (i + 0.5) / 6000.0;
     x.push_back(static_cast<float>(12.0 * u * u * u));
     x.push_back(-x.back());
+    x.push_back(static_cast<float>(std::pow(10.0, -7.0 + 7.0 * u)));
+    x.push_back(-x.back());
   }
-  for (float e : {1e-30f, 1e-8f, 0.3f, 0.5493061f, 9.0f, 44.0f, 87.0f, 1e4f,
-                  3e38f}) {
+  for (float e : {1e-30f, 1e-8f, 1e-4f, 0.17328f, 0.17329f, 0.3f, 0.5493061f,
+                  9.0f, 44.0f, 87.0f, 1e4f, 3e38f, 1e-38f, 1e-45f}) {
     x.push_back(e);
     x.push_back(-e);
   }
@@ -127,10 +130,12 @@ TEST_P(Blocks, SoftcapTanhWithinAbsoluteBound) {
   double worst = 0;
   for (size_t i = 0; i < x.size(); ++i) {
     const double exact = std::tanh(static_cast<double>(x[i]));
-    worst = std::fmax(worst, std::fabs(y[i] - exact));
-    if (i % 2 == 1) EXPECT_EQ(y[i], -y[i - 1]) << "odd at " << x[i - 1];
+    worst = std::fmax(worst, Ulps(y[i], exact));
+    if (i % 2 == 1) {
+      EXPECT_EQ(y[i], -y[i - 1]) << "odd at " << x[i - 1];
+    }
   }
-  EXPECT_LE(worst, 4.0 * std::ldexp(1.0, -24)) << GetParam();
+  EXPECT_LE(worst, 3.5) << GetParam();  // 2.65 measured, with FMA or without
   const float special[] = {INFINITY, -INFINITY, 0.0f, NAN, 1e4f, -1e4f};
   for (size_t n : {size_t{1}, N() - 1, N(), N() + 1, 2 * N() + 3}) {
     if (n == 0) continue;

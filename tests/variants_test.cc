@@ -388,6 +388,15 @@ std::vector<VCase> AllCases() {
   cs.push_back(Shape("softcap_row", 1, 2, 2, 1, 300, 16, 16)
                    .Softcap(3.0f)
                    .Mags(2, 2, 1));
+  // A cap far above the scores (1e4, nearly the identity): the tanh must
+  // be accurate relative to its argument, not only absolutely (an error of
+  // 2^-22 in tanh is 2.4e-3 in a capped score here).
+  cs.push_back(Shape("softcap_wide_tile", 1, 2, 1, 40, 80, 32, 16)
+                   .Softcap(1e4f)
+                   .Mags(2, 2, 1));
+  cs.push_back(Shape("softcap_wide_row", 1, 2, 2, 1, 300, 32, 16)
+                   .Softcap(1e4f)
+                   .Mags(2, 2, 1));
   // Logits up to 8e6 (exact in f32): the capped scores are -30, 0 or 30.
   cs.push_back(Shape("softcap_huge_tile", 1, 2, 1, 40, 70, 8, 8)
                    .Multiples()

@@ -245,6 +245,32 @@ QKV_API qkv_status qkv_attention_explain(const qkv_attention_desc *desc,
                                          size_t message_size);
 
 /* ------------------------------------------------------------------------ */
+/* Filling a K/V cache (added in 0.2)                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Converts `rows` rows of `n` floats (row r at src + r * src_row_stride) to
+ * `dtype` elements (row r at element r * dst_row_stride of dst; strides in
+ * elements, 0 meaning n):
+ *   QKV_DTYPE_F32   a copy
+ *   QKV_DTYPE_F16   IEEE binary16, round to nearest even (|x| >= 65520
+ *                   becomes +-inf, below 2^-14 subnormal, NaN stays NaN)
+ *   QKV_DTYPE_BF16  bfloat16, round to nearest even (NaN stays NaN)
+ *   QKV_DTYPE_I8    scales[r] = max|x| / 127 (0 for an all-zero row) and
+ *                   q = nearest(x / scales[r]), ties to even, in [-127, 127],
+ *                   so that x ~ scales[r] * q; a row whose max|x| / 127
+ *                   underflows to 0 gets scale 0 and q = 0.
+ * QKV_ERR_INVALID_ARGUMENT, writing nothing, for: a dtype outside the enum,
+ * rows, n or a stride negative, a non-zero stride below n, src or dst NULL
+ * when rows > 0 and n > 0, scales NULL with QKV_DTYPE_I8 and rows > 0, a
+ * non-finite src value with QKV_DTYPE_I8, extents that are not addressable,
+ * or src, dst and scales (I8) overlapping as address ranges. rows == 0 does
+ * nothing; n == 0 reads nothing and sets I8 scales to 0. No allocation. */
+QKV_API qkv_status qkv_quantize_rows(qkv_dtype dtype, int64_t rows, int64_t n,
+                                     const float *src, int64_t src_row_stride,
+                                     void *dst, int64_t dst_row_stride,
+                                     float *scales);
+
+/* ------------------------------------------------------------------------ */
 /* Merging partial results (added in 0.1)                                   */
 /* ------------------------------------------------------------------------ */
 

@@ -40,6 +40,7 @@ __all__ = [
     "backends",
     "library_path",
     "merge",
+    "quantize_rows",
     "show_heatmaps",
     "version",
 ]
@@ -243,6 +244,10 @@ def _bind(lib):
     if hasattr(lib, "qkv_attention_merge_f32"):
         lib.qkv_attention_merge_f32.argtypes = [ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * 4
         lib.qkv_attention_merge_f32.restype = ctypes.c_int
+    lib.qkv_quantize_rows.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
+                                      ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                                      ctypes.c_int64, ctypes.c_void_p]
+    lib.qkv_quantize_rows.restype = ctypes.c_int
 
 
 try:
@@ -798,6 +803,41 @@ def merge(out_a, lse_a, out_b, lse_b):
     if wide:
         return ob.astype(np.float64), lb.astype(np.float64)
     return ob, lb
+
+
+_QUANTIZED = {"f32": (0, np.float32), "f16": (1, np.float16), "bf16": (2, np.uint16),
+              "int8": (3, np.int8)}
+
+
+def quantize_rows(x, dtype):
+    """Convert float rows to a K/V cache's element type: qkv_quantize_rows.
+
+    x: [..., n] of any real dtype (converted to float32 first). dtype:
+    "f32" (a copy), "f16" (np.float16, round to nearest even), "bf16"
+    (np.uint16 holding bfloat16 bits, round to nearest even) or "int8".
+    Returns (q, scales): q of x's shape in that type; scales None, or for
+    "int8" float32 [...] (x's shape without the last dim) with
+    scales = max|row| / 127 and q = nearest(row / scale) in [-127, 127], so
+    that row ~ scale * q. Non-finite values with "int8" raise
+    QkvInvalidArgument.
+    """
+    if dtype not in _QUANTIZED:
+        raise ValueError("dtype must be one of %s, got %r" % (sorted(_QUANTIZED), dtype))
+    code, out_type = _QUANTIZED[dtype]
+    src = _dense_f32("x", x)
+    if src.ndim < 1:
+        raise ValueError("x must be [..., n] with at least one dim, got a scalar")
+    n = src.shape[-1]
+    rows = int(np.prod(src.shape[:-1], dtype=np.int64))
+    q = np.empty(src.shape, dtype=out_type)
+    scales = np.empty(src.shape[:-1], dtype=np.float32) if dtype == "int8" else None
+    status = _lib.qkv_quantize_rows(code, rows, n, _ptr(src) if src.size else None, 0,
+                                    _ptr(q) if q.size else None, 0,
+                                    _ptr(scales) if scales is not None else None)
+    if status != QKV_OK:
+        raise _status_error(status, "qkv_quantize_rows",
+                            "int8 needs finite values" if dtype == "int8" else None)
+    return q, scales
 
 
 # --------------------------------------------------------------------------

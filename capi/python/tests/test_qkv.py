@@ -632,6 +632,50 @@ class TestVariants(Case):
                             self.assertEqual(e.status, qkv.QKV_ERR_UNSUPPORTED)
                             self.assertNotEqual(score, "dot")
 
+    def test_quantize_rows(self):
+        rng = np.random.default_rng(11)
+        x = rng.standard_normal((3, 5, 17)).astype(np.float32) * np.float32(300)
+        x[0, 0, :3] = [65519.0, 65520.0, 1e-7]
+        # f16: numpy's own conversion rounds to nearest even too
+        q, s = qkv.quantize_rows(x, "f16")
+        self.assertIsNone(s)
+        self.assertEqual(q.dtype, np.float16)
+        with np.errstate(over="ignore"):  # 65520 becomes inf, as it should
+            want16 = x.astype(np.float16)
+        np.testing.assert_array_equal(q.view(np.uint16), want16.view(np.uint16))
+        # bf16: the nearer of the two truncations, in double
+        q, _ = qkv.quantize_rows(x[..., ::2], "bf16")  # a strided view
+        xs = np.ascontiguousarray(x[..., ::2])
+        lo = (xs.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32).astype(np.float64)
+        hi = ((xs.view(np.uint32) & np.uint32(0xFFFF0000)) + np.uint32(0x10000)).view(
+            np.float32).astype(np.float64)
+        a = xs.astype(np.float64)
+        pick_hi = np.abs(hi - a) < np.abs(a - lo)
+        tie = np.abs(hi - a) == np.abs(a - lo)
+        odd = ((xs.view(np.uint32) >> 16) & 1).astype(bool)
+        want = (xs.view(np.uint32) >> 16) + (pick_hi | (tie & odd))
+        np.testing.assert_array_equal(q, want.astype(np.uint16))
+        # int8: per row scale = max|x| / 127, q = nearest(x / scale)
+        x[1, 2] = 0.0
+        q, s = qkv.quantize_rows(x.astype(np.float64), "int8")
+        self.assertEqual(q.dtype, np.int8)
+        self.assertEqual(s.shape, (3, 5))
+        want_s = (np.abs(x).max(axis=-1) / np.float32(127)).astype(np.float32)
+        np.testing.assert_array_equal(s, want_s)
+        safe = np.where(want_s > 0, want_s, 1)[..., None]
+        want_q = np.clip(np.rint(x / safe), -127, 127) * (want_s[..., None] > 0)
+        np.testing.assert_array_equal(q, want_q.astype(np.int8))
+        self.assertEqual(np.abs(q[1, 2]).max(), 0)
+        np.testing.assert_array_equal(np.abs(q).max(axis=-1)[s > 0], 127)
+        # f32 is a copy; bad input raises, naming the call
+        q, _ = qkv.quantize_rows(x, "f32")
+        np.testing.assert_array_equal(q, x)
+        x[2, 4, 16] = np.nan
+        with self.assertRaises(qkv.QkvInvalidArgument):
+            qkv.quantize_rows(x, "int8")
+        with self.assertRaises(ValueError):
+            qkv.quantize_rows(x, "fp8")
+
     def test_merge_of_shards_with_sinks_and_windows(self):
         # the sink goes into one shard only; windows and ALiBi are positions,
         # so each shard keeps the whole sequence's q_pos and kv_start
