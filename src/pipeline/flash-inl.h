@@ -88,21 +88,31 @@ struct Flash {
   // operations per vector, 11 of them on the FMA pipes.
   static QKV_FLASH_INLINE V ExpNonPositive(V x) {
     const V lowest = O::Set(-87.0f);
+    V r, t;
+    const V q = ExpReduced(O::Max(x, lowest), &r, &t);
+    const V poly = O::MulAdd(q, r, O::Set(1.0f));
+    return O::IfThenZeroElse(O::Lt(x, lowest),
+                             O::Mul(poly, O::Pow2FromRounded(t)));
+  }
+
+  // The reduction and polynomial of ExpNonPositive for xc in [-87, 0]:
+  // exp(xc) = 2^n (1 + r q(r)); returns q(r), sets *r and *t (n in the low
+  // mantissa bits, for Pow2FromRounded).
+  static QKV_FLASH_INLINE V ExpReduced(V xc, V* r_out, V* t_out) {
     const V round = O::Set(12582912.0f);  // 1.5 * 2^23
-    const V xc = O::Max(x, lowest);
     const V t = O::MulAdd(xc, O::Set(1.44269504088896341f), round);
     const V nf = O::Sub(t, round);
     V r = O::MulAdd(nf, O::Set(-0.693145751953125f), xc);
     r = O::MulAdd(nf, O::Set(-1.428606765330187045e-6f), r);
-    V poly = O::Set(0.0013843622291460633f);
-    poly = O::MulAdd(poly, r, O::Set(0.0083741797134280205f));
-    poly = O::MulAdd(poly, r, O::Set(0.041668005287647247f));
-    poly = O::MulAdd(poly, r, O::Set(0.16666430234909058f));
-    poly = O::MulAdd(poly, r, O::Set(0.49999994039535522f));
-    poly = O::MulAdd(poly, r, O::Set(1.0f));
-    poly = O::MulAdd(poly, r, O::Set(1.0f));
-    return O::IfThenZeroElse(O::Lt(x, lowest),
-                             O::Mul(poly, O::Pow2FromRounded(t)));
+    V q = O::Set(0.0013843622291460633f);
+    q = O::MulAdd(q, r, O::Set(0.0083741797134280205f));
+    q = O::MulAdd(q, r, O::Set(0.041668005287647247f));
+    q = O::MulAdd(q, r, O::Set(0.16666430234909058f));
+    q = O::MulAdd(q, r, O::Set(0.49999994039535522f));
+    q = O::MulAdd(q, r, O::Set(1.0f));
+    *r_out = r;
+    *t_out = t;
+    return q;
   }
 
   // One term of a score's sum: q . k (DOT), |q - k|^2 (GAUSSIAN), or
@@ -236,19 +246,10 @@ struct Flash {
   // +-1; NaN stays NaN.
   static QKV_FLASH_INLINE V SoftcapTanh(V x) {
     const V zero = O::Zero(), one = O::Set(1.0f);
-    const V round = O::Set(12582912.0f);  // 1.5 * 2^23
-    // y = -2|x| >= -87 (below, tanh is 1 in f32 anyway).
-    const V y = O::Max(O::Mul(Abs(x), O::Set(-2.0f)), O::Set(-87.0f));
-    const V t = O::MulAdd(y, O::Set(1.44269504088896341f), round);
-    const V nf = O::Sub(t, round);
-    V r = O::MulAdd(nf, O::Set(-0.693145751953125f), y);
-    r = O::MulAdd(nf, O::Set(-1.428606765330187045e-6f), r);
-    V q = O::Set(0.0013843622291460633f);
-    q = O::MulAdd(q, r, O::Set(0.0083741797134280205f));
-    q = O::MulAdd(q, r, O::Set(0.041668005287647247f));
-    q = O::MulAdd(q, r, O::Set(0.16666430234909058f));
-    q = O::MulAdd(q, r, O::Set(0.49999994039535522f));
-    q = O::MulAdd(q, r, one);
+    // -2|x| >= -87 (below, tanh is 1 in f32 anyway).
+    V r, t;
+    const V q = ExpReduced(
+        O::Max(O::Mul(Abs(x), O::Set(-2.0f)), O::Set(-87.0f)), &r, &t);
     const V rq = O::Mul(r, q);
     const V scale = O::Pow2FromRounded(t);  // 2^n
     const V e = O::MulAdd(scale, rq, scale);  // 2^n p(r)
@@ -694,20 +695,23 @@ struct Flash {
     }
   }
 
-  // One key block [j0, j0 + nb) of a tile: scores, epilogue, online
-  // softmax (running max and sum in *m0, *l0 and, for RV 2, *m1, *l1), the
-  // output update. pf: the prefetches that go with the block.
+  // The key block of a tile that starts at j0 (up to kBlockKeys keys, not
+  // past span.end): scores, epilogue, online softmax (running max and sum
+  // in *m0, *l0 and, for RV 2, *m1, *l1), the output update, and with
+  // `prefetch` the prefetches that go with the block.
   template <int RV>
   static QKV_FLASH_INLINE void TileBlock(const Problem& p, const Operands& op,
                                          const Tile& tile, int64_t rows,
                                          size_t R, const RowsSpan& span,
                                          const EpilogueTerms& terms,
-                                         int64_t j0, int64_t nb,
-                                         BlockPrefetch* pf, V* m0, V* l0,
-                                         V* m1, V* l1) {
+                                         int64_t j0, bool prefetch, V* m0,
+                                         V* l0, V* m1, V* l1) {
     const int64_t dv = p.value_dim, lk = p.kv_len;
+    const int64_t nb = j0 + kBlockKeys < span.end ? kBlockKeys : span.end - j0;
+    BlockPrefetch pf(prefetch, op, dv, j0, nb, span.end, nb / O::kUnroll,
+                     dv / O::kUnroll);
     float* st = tile.st;
-    Scores<RV>(op, p.w_v, tile.qt, R, op.k + j0 * op.k_st, nb, st, &pf->v);
+    Scores<RV>(op, p.w_v, tile.qt, R, op.k + j0 * op.k_st, nb, st, &pf.v);
     const bool masks = span.Masks(j0, nb);
     Epilogue<RV>(tile, rows, R, j0, nb, terms, masks, st);
     if (p.weights != nullptr) {  // raw masked scores; normalized at the end
@@ -722,10 +726,10 @@ struct Flash {
     const float* v = op.v + j0 * op.v_st;
     if (masks || terms.bias) {
       AccumulateOutput<RV, true>(st, R, v, dv, op.v_st, nb, alpha0, alpha1,
-                                 tile.ot, &pf->k);
+                                 tile.ot, &pf.k);
     } else {
       AccumulateOutput<RV, false>(st, R, v, dv, op.v_st, nb, alpha0, alpha1,
-                                  tile.ot, &pf->k);
+                                  tile.ot, &pf.k);
     }
   }
 
@@ -742,7 +746,6 @@ struct Flash {
                       const TileTask& task, const Tile& tile) {
     const size_t N = O::Lanes();
     const size_t R = RV * N;
-    const int64_t dv = p.value_dim;
     const int64_t rows = task.rows;
     const RowsSpan span =
         SetUpTileRows(p, op, task.b, task.kvh, task.r0, rows, R, tile);
@@ -754,21 +757,24 @@ struct Flash {
     const bool prefetch = PrefetchesKv(p);
     const EpilogueTerms terms = TermsOf(p);
     for (int64_t j0 = span.begin; j0 < span.end; j0 += kBlockKeys) {
-      const int64_t nb =
-          j0 + kBlockKeys < span.end ? kBlockKeys : span.end - j0;
-      BlockPrefetch pf(prefetch, op, dv, j0, nb, span.end, nb / O::kUnroll,
-                       dv / O::kUnroll);
-      TileBlock<RV>(p, op, tile, rows, R, span, terms, j0, nb, &pf, &m0, &l0,
+      TileBlock<RV>(p, op, tile, rows, R, span, terms, j0, prefetch, &m0, &l0,
                     &m1, &l1);
     }
+    StoreRunning<RV>(tile, m0, l0, m1, l1);
+    FinishTile<RV>(p, tile, rows, R, span);
+  }
 
+  // A tile's running max and sum into tile.m and tile.sum.
+  template <int RV>
+  static QKV_FLASH_INLINE void StoreRunning(const Tile& tile, V m0, V l0,
+                                            V m1, V l1) {
+    const size_t N = O::Lanes();
     O::Store(m0, tile.m);
     O::Store(l0, tile.sum);
     if (RV > 1) {
       O::Store(m1, tile.m + N);
       O::Store(l1, tile.sum + N);
     }
-    FinishTile<RV>(p, tile, rows, R, span);
   }
 
   // A tile of a group: one key block, the running max and sum kept in
@@ -779,24 +785,15 @@ struct Flash {
                              const RowsSpan& span, const EpilogueTerms& terms,
                              int64_t j0, bool prefetch) {
     const size_t N = O::Lanes();
-    const int64_t dv = p.value_dim;
-    const int64_t nb = j0 + kBlockKeys < span.end ? kBlockKeys : span.end - j0;
     V m0 = O::Load(tile.m), l0 = O::Load(tile.sum);
     V m1 = m0, l1 = l0;
     if (RV > 1) {
       m1 = O::Load(tile.m + N);
       l1 = O::Load(tile.sum + N);
     }
-    BlockPrefetch pf(prefetch, op, dv, j0, nb, span.end, nb / O::kUnroll,
-                     dv / O::kUnroll);
-    TileBlock<RV>(p, op, tile, rows, R, span, terms, j0, nb, &pf, &m0, &l0,
+    TileBlock<RV>(p, op, tile, rows, R, span, terms, j0, prefetch, &m0, &l0,
                   &m1, &l1);
-    O::Store(m0, tile.m);
-    O::Store(l0, tile.sum);
-    if (RV > 1) {
-      O::Store(m1, tile.m + N);
-      O::Store(l1, tile.sum + N);
-    }
+    StoreRunning<RV>(tile, m0, l0, m1, l1);
   }
 
   // Up to kGroupTiles tiles of one kv head (GroupsTiles: strided K/V), key
