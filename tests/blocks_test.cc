@@ -6,6 +6,7 @@
 // library: these are internal interfaces (qkv::PipelineBlocks).
 #include <gtest/gtest.h>
 
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -108,7 +109,8 @@ TEST_P(Blocks, ExpWithinUlpsAndFlushesBelowRange) {
 
 // The softcap's tanh: within a few ulp of tanh everywhere (relative: dense
 // near 0, where 1 - exp(-2|x|) would cancel, down to tiny |x|, where tanh x
-// is x, and out to where it is 1; a softcap of 1e4 multiplies the error), odd,
+// is x (results below FLT_MIN may be flushed, as ARMv7 NEON does), and out
+// to where it is 1; a softcap of 1e4 multiplies the error), odd,
 // exactly +-1 at +-inf and far out, exactly 0 at 0, NaN for NaN, for every
 // length around the vector width (the tail never writes past n).
 TEST_P(Blocks, SoftcapTanhWithinUlps) {
@@ -130,12 +132,18 @@ TEST_P(Blocks, SoftcapTanhWithinUlps) {
   double worst = 0;
   for (size_t i = 0; i < x.size(); ++i) {
     const double exact = std::tanh(static_cast<double>(x[i]));
+    if (std::fabs(exact) < FLT_MIN) {  // subnormal: ARMv7 NEON flushes to 0
+      EXPECT_LT(std::fabs(y[i]), FLT_MIN) << "x = " << x[i];
+      continue;
+    }
     worst = std::fmax(worst, Ulps(y[i], exact));
     if (i % 2 == 1) {
       EXPECT_EQ(y[i], -y[i - 1]) << "odd at " << x[i - 1];
     }
   }
-  EXPECT_LE(worst, 3.5) << GetParam();  // 2.65 measured, with FMA or without
+  // Measured: 2.65 on x86; 2.85 (Highway) and 3.46 (xsimd) on ARMv7 NEON,
+  // which divides by a reciprocal estimate and Newton steps.
+  EXPECT_LE(worst, 4.0) << GetParam();
   const float special[] = {INFINITY, -INFINITY, 0.0f, NAN, 1e4f, -1e4f};
   for (size_t n : {size_t{1}, N() - 1, N(), N() + 1, 2 * N() + 3}) {
     if (n == 0) continue;
