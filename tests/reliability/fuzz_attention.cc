@@ -1210,7 +1210,7 @@ void RunOne(const uint8_t* data, size_t size) {
     const double hidden =
         e_additive ? static_cast<double>(e.additive_hidden) : 0;
     work = static_cast<double>(c.rows) * e.kv_len *
-               (e.head_dim + e.value_dim + hidden) +
+               (static_cast<double>(e.head_dim) + e.value_dim + hidden) +
            (e_additive ? (static_cast<double>(c.k) + c.q) * hidden : 0);
     fits = floats <= kCapFloats && work <= kCapWork;
   }
