@@ -103,9 +103,7 @@ extern "C" QKV_API qkv_status qkv_quantize_rows(
   }
   const size_t scale_bytes = i8 ? static_cast<size_t>(rows) * sizeof(float) : 0;
   if (n == 0) {  // empty rows: nothing read; an empty row's scale is 0
-    for (int64_t r = 0; r < rows; ++r) {
-      if (i8) scales[r] = 0.0f;
-    }
+    for (int64_t r = 0; i8 && r < rows; ++r) scales[r] = 0.0f;
     return QKV_OK;
   }
   if (src == nullptr || dst == nullptr) return QKV_ERR_INVALID_ARGUMENT;
