@@ -806,6 +806,126 @@ void RegisterMerge() {
   }
 }
 
+// ---------------------------------------------------------------- kv error
+// What storing K and V in low precision costs the result, not timed:
+//   kv_error/<cache>/<dtype>
+// one S1-shaped decoding step (32 heads, 4096 keys, d 128) on the default
+// backend with K and V quantized by qkv_quantize_rows, against the same
+// call on the f32 cache, for two caches:
+//   random        q, k, v uniform in [-1, 1] (the suite's data: nearly flat
+//                 attention)
+//   llm_like      what trained models' caches look like: keys N(0, 1) with
+//                 4 outlier channels per head at 12x (the channels int8 per
+//                 token suffers from), queries aligned with a few keys so
+//                 that attention is peaked, values N(0, 1) with the first
+//                 token 10x (an attention sink)
+// Counters: out_max (max |out - f32 out| / max |v|), out_rms (rms of
+// out - f32 out / rms of f32 out), weights_max (max |weights - f32
+// weights|).
+struct KvErrorCase {
+  std::string cache;
+  qkv_dtype dtype;
+};
+
+void RunKvError(benchmark::State& state, KvErrorCase c) {
+  const int64_t heads = 32, lk = 4096, d = 128;
+  std::mt19937 rng(777);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  const bool llm = c.cache == "llm_like";
+  std::vector<float> q(size_t(heads * d)), k(size_t(heads * lk * d)),
+      v(size_t(heads * lk * d));
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t j = 0; j < lk; ++j) {
+      for (int64_t t = 0; t < d; ++t) {
+        const size_t at = size_t((h * lk + j) * d + t);
+        if (llm) {
+          const bool outlier = (t * 7 + h) % 32 == 0;  // 4 of 128 channels
+          k[at] = gauss(rng) * (outlier ? 12.0f : 1.0f);
+          v[at] = gauss(rng) * (j == 0 ? 10.0f : 1.0f);
+        } else {
+          k[at] = uni(rng);
+          v[at] = uni(rng);
+        }
+      }
+    }
+    for (int64_t t = 0; t < d; ++t) {
+      float x = llm ? 0.0f : uni(rng);
+      if (llm) {  // the sum of 3 random keys: a few keys stand out
+        for (int64_t n = 0; n < 3; ++n) {
+          x += k[size_t((h * lk + (n * 997 + h * 31) % lk) * d + t)] / 3.0f;
+        }
+      }
+      q[size_t(h * d + t)] = x;
+    }
+  }
+  qkv_attention_desc desc;
+  qkv_attention_desc_init(&desc, 1, heads, heads, 1, lk, d, d);
+  std::vector<float> out0(size_t(heads * d)), w0(size_t(heads * lk));
+  std::vector<float> out1(out0.size()), w1(w0.size());
+  std::vector<unsigned char> ws(qkv_attention_workspace_size(&desc) + 65536);
+  qkv_status st = qkv_attention(&desc, q.data(), k.data(), v.data(),
+                                out0.data(), w0.data(), nullptr, ws.data(),
+                                ws.size());
+  const size_t e = c.dtype == QKV_DTYPE_I8 ? 1 : 2;
+  std::vector<unsigned char> kq(k.size() * e), vq(v.size() * e);
+  std::vector<float> ks(size_t(heads * lk)), vs(size_t(heads * lk));
+  if (st == QKV_OK) {
+    st = qkv_quantize_rows(c.dtype, heads * lk, d, k.data(), d, kq.data(), d,
+                           ks.data());
+  }
+  if (st == QKV_OK) {
+    st = qkv_quantize_rows(c.dtype, heads * lk, d, v.data(), d, vq.data(), d,
+                           vs.data());
+  }
+  desc.kv_dtype = c.dtype;
+  if (c.dtype == QKV_DTYPE_I8) {
+    desc.k_scales = ks.data();
+    desc.v_scales = vs.data();
+  }
+  ws.resize(qkv_attention_workspace_size(&desc));
+  for (auto _ : state) {
+    if (st == QKV_OK) {
+      st = qkv_attention(&desc, q.data(), kq.data(), vq.data(), out1.data(),
+                         w1.data(), nullptr, ws.data(), ws.size());
+    }
+  }
+  if (st != QKV_OK) {
+    state.SkipWithError(qkv_status_string(st));
+    return;
+  }
+  double max_v = 0, out_max = 0, num = 0, den = 0, w_max = 0;
+  for (float x : v) max_v = std::max(max_v, double(std::fabs(x)));
+  for (size_t i = 0; i < out0.size(); ++i) {
+    const double diff = double(out1[i]) - double(out0[i]);
+    out_max = std::max(out_max, std::fabs(diff));
+    num += diff * diff;
+    den += double(out0[i]) * double(out0[i]);
+  }
+  for (size_t i = 0; i < w0.size(); ++i) {
+    w_max = std::max(w_max, std::fabs(double(w1[i]) - double(w0[i])));
+  }
+  state.counters["out_max"] = out_max / max_v;
+  state.counters["out_rms"] = std::sqrt(num / den);
+  state.counters["weights_max"] = w_max;
+}
+
+void RegisterKvError() {
+  for (const char* cache : {"random", "llm_like"}) {
+    for (const auto& t : {std::make_pair("f16", QKV_DTYPE_F16),
+                          std::make_pair("bf16", QKV_DTYPE_BF16),
+                          std::make_pair("int8", QKV_DTYPE_I8)}) {
+      const std::string name =
+          std::string("kv_error/") + cache + "/" + t.first;
+      benchmark::RegisterBenchmark(name.c_str(), RunKvError,
+                                   KvErrorCase{cache, t.second})
+          ->Iterations(1)
+          ->Repetitions(1)
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+}
+
 // ---------------------------------------------------------------- vs plain
 // The 0.2 variants and layouts, each against the same call without them, on
 // the default backend (qkv_backend()) with one worker:
@@ -820,6 +940,10 @@ void RegisterMerge() {
 //   S1_decode, S2_prefill, S3_small / token_major   q, k, v and out
 //       token-major ([batch][token][heads][dim], given as strides), against
 //       the dense call on the same values
+//   S1_decode, S2_prefill / f16, bf16, int8   K and V stored as F16, BF16
+//       or I8 (qkv_quantize_rows; qkv_attention), against the f32 call:
+//       the low-precision caches' speed-up is 1 / ratio, and max_diff what
+//       quantizing cost the output
 //   S1_decode, S2_prefill, S3_small / padded_cache   K and V in a cache of
 //       capacity 1.5 x kv_len ([batch][heads][capacity][dim], strides), q
 //       and out dense, against the dense call; the spare rows hold NaN, so
@@ -835,9 +959,14 @@ void RegisterMerge() {
 // Counters, medians over a repetition's rounds:
 //   ratio                 variant time / plain time, round by round
 //   us_plain, us_variant  per call
-//   max_diff              layouts: max |out - plain out| / max |v| (0: the
-//                         same bits); -1 for the others, which compute
-//                         something else
+//   max_diff              layouts and element types: max |out - plain out|
+//                         / max |v| (0: the same bits); -1 for the others,
+//                         which compute something else
+//   kv_gbs_plain, kv_gbs  bytes of K and V (and I8 scales) each side reads
+//                         per call over its time, GB/s
+//   read_frac             S1 element types: kv_gbs over a streaming read
+//                         (StreamSum of 128 MiB) timed in the same round,
+//                         so that the VM's drift cancels
 //   rounds
 constexpr double kPairedSliceMicros = 2000.0;
 constexpr double kPairedMicros = 400000.0;
@@ -886,7 +1015,11 @@ struct PairedCase {
   std::string backend;
   std::vector<float> per_head;  // ALiBi slopes or sinks
   Buffer q, k, v, out;          // layouts: the inputs and output restrided
+  Buffer k_scales, v_scales;    // int8: the rows' scales
+  Buffer stream;                // S1 element types: the read-limit buffer
+  size_t stream_floats = 0;
   bool layout = false;
+  double kv_bytes[2] = {0, 0};  // K and V bytes each side reads per call
   qkv_attention_desc desc[2] = {};
   const float *q_of[2] = {}, *k_of[2] = {}, *v_of[2] = {};
   float* out_of[2] = {};
@@ -952,6 +1085,47 @@ struct PairedCase {
       k_of[1] = k.get();
       v_of[1] = v.get();
       out_of[1] = out.get();
+    } else if (variant == "f16" || variant == "bf16" || variant == "int8") {
+      layout = true;  // other inputs: compare, and warm each side's own
+      const qkv_dtype t = variant == "f16"    ? QKV_DTYPE_F16
+                          : variant == "bf16" ? QKV_DTYPE_BF16
+                                              : QKV_DTYPE_I8;
+      const size_t e = t == QKV_DTYPE_I8 ? 1 : 2;
+      const int64_t rows = s.batch * s.heads * s.kv_len;
+      k = AllocFloats((size_t(rows * s.head_dim) * e + 3) / 4);
+      v = AllocFloats((size_t(rows * s.value_dim()) * e + 3) / 4);
+      if (t == QKV_DTYPE_I8) {
+        k_scales = AllocFloats(size_t(rows));
+        v_scales = AllocFloats(size_t(rows));
+        x.k_scales = k_scales.get();
+        x.v_scales = v_scales.get();
+      }
+      if (qkv_quantize_rows(t, rows, s.head_dim, d.k.get(), s.head_dim,
+                            k.get(), s.head_dim, k_scales.get()) != QKV_OK ||
+          qkv_quantize_rows(t, rows, s.value_dim(), d.v.get(), s.value_dim(),
+                            v.get(), s.value_dim(),
+                            v_scales.get()) != QKV_OK) {
+        error = variant + ": qkv_quantize_rows failed";
+        return;
+      }
+      x.kv_dtype = t;
+      if (s.name == "S1_decode") {
+        stream_floats = size_t{32} << 20;  // 128 MiB: past any L3 here
+        stream = AllocFloats(stream_floats);
+        for (size_t i = 0; i < stream_floats; ++i) stream.get()[i] = 1.0f;
+      }
+      k_of[1] = k.get();
+      v_of[1] = v.get();
+      out = AllocFloats(s.OutFloats());
+      out_of[1] = out.get();
+    }
+    for (int side = 0; side < 2; ++side) {
+      const double e = desc[side].kv_dtype == QKV_DTYPE_F32   ? 4
+                       : desc[side].kv_dtype == QKV_DTYPE_I8 ? 1
+                                                             : 2;
+      const double rows = double(s.batch * s.heads * s.kv_len);
+      kv_bytes[side] = rows * (double(s.head_dim + s.value_dim()) * e +
+                               (desc[side].kv_dtype == QKV_DTYPE_I8 ? 8 : 0));
     }
     for (int side = 0; side < 2; ++side) {
       ws_bytes[side] = qkv_attention_workspace_size(&desc[side]);
@@ -975,7 +1149,7 @@ struct PairedCase {
   }
 
   qkv_status Call(int side) {
-    const qkv_status st = qkv_attention_f32(
+    const qkv_status st = qkv_attention(
         &desc[side], q_of[side], k_of[side], v_of[side], out_of[side],
         nullptr, nullptr, ws[side].get(), ws_bytes[side]);
     ok = ok && st == QKV_OK;
@@ -1022,7 +1196,8 @@ void RunPaired(benchmark::State& state, PairedCase* c) {
     state.SkipWithError(c->error.c_str());
     return;
   }
-  std::vector<double> ratio, us_plain, us_variant;
+  std::vector<double> ratio, us_plain, us_variant, read_frac;
+  float sink = 0.0f;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int r = 0; r < kPairedMinRounds || MicrosSince(t0) < kPairedMicros;
@@ -1035,16 +1210,27 @@ void RunPaired(benchmark::State& state, PairedCase* c) {
       ratio.push_back(t[1] / t[0]);
       us_plain.push_back(t[0]);
       us_variant.push_back(t[1]);
+      if (c->stream_floats > 0) {  // the read limit, this round
+        const auto s0 = std::chrono::steady_clock::now();
+        sink += StreamSum(c->stream.get(), c->stream_floats);
+        const double read_gbs =
+            double(c->stream_floats) * 4.0 / MicrosSince(s0) * 1e-3;
+        read_frac.push_back(c->kv_bytes[1] / t[1] * 1e-3 / read_gbs);
+      }
     }
   }
   if (!c->ok) {
-    state.SkipWithError("qkv_attention_f32 failed");
+    state.SkipWithError("qkv_attention failed");
     return;
   }
   state.counters["ratio"] = Median(ratio);
   state.counters["us_plain"] = Median(us_plain);
   state.counters["us_variant"] = Median(us_variant);
   state.counters["max_diff"] = c->max_diff;
+  state.counters["kv_gbs_plain"] = c->kv_bytes[0] / Median(us_plain) * 1e-3;
+  state.counters["kv_gbs"] = c->kv_bytes[1] / Median(us_variant) * 1e-3;
+  if (!read_frac.empty()) state.counters["read_frac"] = Median(read_frac);
+  benchmark::DoNotOptimize(sink);
   state.counters["rounds"] = double(ratio.size());
 }
 
@@ -1065,6 +1251,9 @@ void RegisterVsPlain() {
       for (const char* v : {"token_major", "padded_cache"}) {
         cases.push_back({s, v});
       }
+    }
+    if (s.name == "S1_decode" || s.name == "S2_prefill") {
+      for (const char* v : {"f16", "bf16", "int8"}) cases.push_back({s, v});
     }
   }
   for (const auto& sv : cases) {
@@ -1087,6 +1276,7 @@ void RegisterVsPlain() {
 void RegisterAll() {
   RegisterLimits();
   RegisterMerge();
+  RegisterKvError();
   std::vector<std::string> backends;
   for (size_t i = 0; i < qkv_backend_count(); ++i) {
     const char* name = qkv_backend_name(i);

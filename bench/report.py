@@ -77,8 +77,14 @@ def load(report_path):
         report = json.load(f)
     medians, cvs, errors, order, scaling = {}, {}, {}, [], []
     vs_plain = {}  # (shape, variant, backend) -> {"reps", "median", "error"}
+    kv_error = []  # (cache, dtype, run)
     for b in report.get("benchmarks", []):
         parts = b.get("run_name", b["name"]).split("/")
+        if parts[0] == "kv_error" and len(parts) >= 3:
+            # kv_error/<cache>/<dtype>: one untimed run, counters only
+            if b.get("run_type") != "aggregate":
+                kv_error.append((parts[1], parts[2], b))
+            continue
         if parts[0] == "vs_plain" and len(parts) >= 4:
             # vs_plain/<shape>/<variant>/<backend>: repetitions and their
             # aggregates, counters only
@@ -125,7 +131,7 @@ def load(report_path):
         elif b.get("aggregate_name") == "cv":
             cvs[key] = b.get("real_time", 0.0)  # a fraction
     return (report.get("context", {}), medians, cvs, errors, order, scaling,
-            vs_plain)
+            vs_plain, kv_error)
 
 
 def engines_line(backends):
@@ -221,6 +227,17 @@ VS_PLAIN_TARGETS = {
     "token_major": 1.05,
     "padded_cache": 1.05,
 }
+# Low-precision caches: per shape (S1 decode: f16 and bf16 at least 1.8x
+# the f32 tokens per second, int8 3x; S2 prefill: f16 at least 90% of
+# f32's GFLOP/s).
+VS_PLAIN_SHAPE_TARGETS = {
+    ("S1_decode", "f16"): 1 / 1.8,
+    ("S1_decode", "bf16"): 1 / 1.8,
+    ("S1_decode", "int8"): 1 / 3.0,
+    ("S2_prefill", "f16"): 1 / 0.9,
+}
+# The S1 rows' K and V must also stream at this fraction of the read limit.
+KV_READ_TARGET = 0.85
 VS_PLAIN_LABELS = {
     "window_left255": "sliding window, window_left 255",
     "alibi": "ALiBi slopes",
@@ -228,6 +245,9 @@ VS_PLAIN_LABELS = {
     "softcap50": "softcap 50",
     "token_major": "token-major q, k, v, out",
     "padded_cache": "K, V in a cache of 1.5 x kv_len",
+    "f16": "K, V as f16",
+    "bf16": "K, V as bf16",
+    "int8": "K, V as int8 (row scales)",
 }
 VS_PLAIN_SHAPES = {
     "causal_4096": "causal 4096 x 4096, 4 heads, d 64",
@@ -246,7 +266,34 @@ def median(xs):
     return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
 
 
-def vs_plain_lines(rows):
+def kv_error_lines(rows):
+    """What a low-precision cache costs the result (RunKvError)."""
+    if not rows:
+        return []
+    table = []
+    for cache, dtype, b in rows:
+        if b.get("error_occurred"):
+            table.append([cache, dtype, "ERROR: %s" % b.get("error_message"),
+                          "", ""])
+            continue
+        table.append([cache, dtype, "%.1e" % b.get("out_max", float("nan")),
+                      "%.1e" % b.get("out_rms", float("nan")),
+                      "%.1e" % b.get("weights_max", float("nan"))])
+    header = ["cache", "K, V as", "max abs(out - f32 out) / max abs(v)",
+              "rms(out - f32 out) / rms(f32 out)",
+              "max abs(weights - f32 weights)"]
+    out = ["## What a low-precision K/V cache costs the result", "",
+           "One S1-shaped decoding step (32 heads, 4096 keys, d 128) on the "
+           "default backend, K and V quantized by qkv_quantize_rows, against "
+           "the same call on the f32 cache. random: q, k, v uniform in "
+           "[-1, 1] (nearly flat attention); llm_like: keys N(0, 1) with 4 "
+           "outlier channels per head at 12x, queries aligned with a few "
+           "keys (peaked attention), values N(0, 1) with the first token at "
+           "10x.", ""]
+    return out + markdown(table, header, {2, 3, 4}) + [""]
+
+
+def vs_plain_lines(rows, read_1t=None):
     """Variants and layouts against the plain call (RunPaired in
     bench_attention.cc): the median over the repetitions of each one's
     median ratio over its rounds."""
@@ -272,7 +319,8 @@ def vs_plain_lines(rows):
 
         ratio = agg("ratio")
         spread = [float(r["ratio"]) for r in reps]
-        target = VS_PLAIN_TARGETS.get(variant)
+        target = VS_PLAIN_SHAPE_TARGETS.get((shape, variant),
+                                            VS_PLAIN_TARGETS.get(variant))
         if target is None:
             goal, met = "-", "-"
         elif target < 1:
@@ -282,6 +330,19 @@ def vs_plain_lines(rows):
             goal = "<= %.2f" % target
             met = "yes" if ratio <= target else "**no**"
         diff = agg("max_diff")
+        read = "-"
+        if variant in ("f16", "bf16", "int8") and is_number(
+                e["reps"][0].get("kv_gbs")):
+            gbs = agg("kv_gbs")
+            read = "%.1f" % gbs
+            frac = None
+            if is_number(e["reps"][0].get("read_frac")):
+                frac = agg("read_frac")  # against the read timed beside it
+            elif read_1t and shape == "S1_decode":
+                frac = gbs / read_1t
+            if frac is not None:
+                read += " (%.0f%%%s)" % (100 * frac, "" if frac >= KV_READ_TARGET
+                                         else ", **below 85%**")
         table.append([
             shape_label, label, backend,
             fmt_time(agg("us_plain")), fmt_time(agg("us_variant")),
@@ -290,10 +351,10 @@ def vs_plain_lines(rows):
             "%.3f-%.3f" % (min(spread), max(spread)),
             goal, met,
             "-" if diff < 0 else "0 (same bits)" if diff == 0
-            else "%.1e" % diff])
+            else "%.1e" % diff, read])
     header = ["shape", "variant", "backend", "plain", "variant time",
               "time / plain", "over repetitions", "target", "met",
-              "max diff"]
+              "max diff", "K+V GB/s (of read)"]
     out = ["## Variants and layouts against the plain call, paired in time",
            "",
            "The default backend, one worker. Each pair is timed in rounds of "
@@ -306,9 +367,15 @@ def vs_plain_lines(rows):
            "sinks at most 10%% slower than S2 without them, softcap at most "
            "30%%; token-major q, k, v and out, and K and V in a cache with "
            "spare capacity (its unused rows NaN), within 5%% of the dense "
-           "call. max diff: max |out - dense out| / max |v| for the layouts "
-           "(the same values in another layout)." % most_reps, ""]
-    return out + markdown(table, header, {3, 4, 5, 6, 9}) + [""]
+           "call; K and V as f16 or bf16 at least 1.8x faster than f32 in S1 "
+           "decoding and int8 3x, their bytes (scales included) read at "
+           "85%% or more of a streaming read (128 MiB, timed in each round "
+           "beside the pair), and f16 prefill (S2) "
+           "at least 90%% of f32's speed. max diff: max |out - dense out| / "
+           "max |v| for the layouts (the same values in another layout) and "
+           "the element types (what quantizing K and V cost)." % most_reps,
+           ""]
+    return out + markdown(table, header, {3, 4, 5, 6, 9, 10}) + [""]
 
 
 class Limits:
@@ -567,7 +634,8 @@ def plot(medians, order, limits, out_dir, model):
 
 def main():
     report_path, out_dir, model, nproc, elapsed = sys.argv[1:6]
-    ctx, medians, cvs, errors, order, scaling, vs_plain = load(report_path)
+    (ctx, medians, cvs, errors, order, scaling, vs_plain,
+     kv_error) = load(report_path)
     limits = Limits(medians)
     lines = [
         "# qkv benchmark",
@@ -617,7 +685,8 @@ def main():
         table = attention_rows(medians, cvs, errors, order, limits, keep)
         if table:
             lines += ["## " + title, ""] + markdown(table) + [""]
-    lines += vs_plain_lines(vs_plain)
+    lines += vs_plain_lines(vs_plain, limits.stream.get(1))
+    lines += kv_error_lines(kv_error)
     text = "\n".join(lines)
     sys.stdout.write(text)
     md_path = os.path.join(out_dir, "report.md")

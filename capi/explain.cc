@@ -25,6 +25,8 @@ const char* MaskName(int64_t flag) {
       return " with QKV_MASK_BIAS set";
     case QKV_MASK_KV_START:
       return " with QKV_MASK_KV_START set";
+    case kWhyFlagI8:
+      return " with kv_dtype QKV_DTYPE_I8";
   }
   return "";
 }

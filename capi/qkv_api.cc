@@ -13,6 +13,15 @@
 namespace qkv {
 namespace {
 
+// F16, BF16 and I8 K/V caches: built unless the build turns them off
+// (QKV_LOW_PRECISION_KV=0, microcontrollers by default), which leaves their
+// checks out too and refuses those types as unsupported.
+#if !defined(QKV_LOW_PRECISION_KV) || QKV_LOW_PRECISION_KV
+constexpr bool kKvTypes = true;
+#else
+constexpr bool kKvTypes = false;
+#endif
+
 // A struct_size beyond this is not a descriptor but a bug: refuse it rather
 // than read that much of the caller's memory.
 constexpr size_t kMaxStructSize = 4096;
@@ -164,6 +173,7 @@ struct Plan {
   // Offsets (in elements) one past the last element each tensor's strides
   // reach, for the overlap checks.
   int64_t q_end, k_end, v_end, out_end;
+  int64_t ksc_end, vsc_end;  // the I8 scales (0 for the other types)
 };
 
 // One tensor's strides: `given` as the caller wrote them (all zero: dense
@@ -292,6 +302,12 @@ const StrideCheck kKStrides = {"k_strides.batch", "k_strides.head",
                                "k_strides.token", "head_dim"};
 const StrideCheck kVStrides = {"v_strides.batch", "v_strides.head",
                                "v_strides.token", "value_dim"};
+const StrideCheck kKScaleStrides = {"k_scale_strides.batch",
+                                    "k_scale_strides.head",
+                                    "k_scale_strides.token", "1"};
+const StrideCheck kVScaleStrides = {"v_scale_strides.batch",
+                                    "v_scale_strides.head",
+                                    "v_scale_strides.token", "1"};
 const StrideCheck kOutStrides = {"out_strides.batch", "out_strides.head",
                                  "out_strides.token", "value_dim"};
 
@@ -502,6 +518,28 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
                     q_heads, q_len, value_dim, kExplain ? &kOutStrides : nullptr, true, &p.out_sb,
                     &p.out_sh, &p.out_st, &plan->out_end, why);
   if (st != QKV_OK) return st;
+  p.kv_dtype = static_cast<qkv_dtype>(dtype);
+  if (kKvTypes) {  // (without the types nothing reads them)
+    p.k_scales = p.v_scales = nullptr;
+    p.ksc_sb = p.ksc_sh = p.ksc_st = p.vsc_sb = p.vsc_sh = p.vsc_st = 0;
+    plan->ksc_end = plan->vsc_end = 0;
+  }
+  if (kKvTypes && dtype == QKV_DTYPE_I8) {
+    // One scale per (batch, kv head, key) row of K and of V; their values
+    // are data, like K's and V's, and not checked.
+    p.k_scales = QKV_READ(k_scales);
+    p.v_scales = QKV_READ(v_scales);
+    st = Strides<kExplain>(QKV_HAS(k_scale_strides) ? d->k_scale_strides : zero,
+                           batch, kv_heads, kv_len, 1,
+                           kExplain ? &kKScaleStrides : nullptr, false,
+                           &p.ksc_sb, &p.ksc_sh, &p.ksc_st, &plan->ksc_end, why);
+    if (st != QKV_OK) return st;
+    st = Strides<kExplain>(QKV_HAS(v_scale_strides) ? d->v_scale_strides : zero,
+                           batch, kv_heads, kv_len, 1,
+                           kExplain ? &kVScaleStrides : nullptr, false,
+                           &p.vsc_sb, &p.vsc_sh, &p.vsc_st, &plan->vsc_end, why);
+    if (st != QKV_OK) return st;
+  }
   if (mask & QKV_MASK_WINDOW) {
     p.window = true;
     p.window_left = WindowSide(QKV_READ(window_left));
@@ -568,7 +606,7 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
   if (kv_len > INT32_MAX) {
     return QKV_REFUSE(QKV_ERR_UNSUPPORTED, kWhyLength32, "kv_len", kv_len);
   }
-  if (dtype != QKV_DTYPE_F32) {
+  if (!kKvTypes && dtype != QKV_DTYPE_F32) {
     return QKV_REFUSE(QKV_ERR_UNSUPPORTED, kWhyDtypeUnserved, nullptr, dtype);
   }
   // MakePlan picks the engine for the backend, once this frame is gone.
@@ -642,7 +680,8 @@ __attribute__((noinline)) bool BuffersValid(const Plan& plan,
                                             size_t workspace_size, Why* why) {
   const Problem& p = plan.problem;
   if (plan.empty) return true;  // nothing is read or written
-  const float *q = p.q, *k = p.k, *v = p.v;
+  const float* q = p.q;
+  const void *k = p.k, *v = p.v;
   const float *out = p.out, *weights = p.weights, *lse = p.lse;
   if (q == nullptr || out == nullptr ||
       (!plan.no_keys && (k == nullptr || v == nullptr))) {
@@ -655,14 +694,28 @@ __attribute__((noinline)) bool BuffersValid(const Plan& plan,
     }
     return false;
   }
+  if (kKvTypes && !plan.no_keys && p.kv_dtype == QKV_DTYPE_I8 &&
+      (p.k_scales == nullptr || p.v_scales == nullptr)) {
+    if (kExplain) {
+      Refuse(why, QKV_ERR_INVALID_ARGUMENT, kWhyNullArray,
+             p.k_scales == nullptr ? "k_scales" : "v_scales", 0,
+             kWhyFlagI8);
+    }
+    return false;
+  }
   const int64_t rows = p.batch * p.q_heads * p.q_len;
+  const int64_t e = kKvTypes ? KvElementBytes(p.kv_dtype) : 4;
   const Range r_out = RangeOf(out, plan.out_end, 4);
   const Range r_w = RangeOf(weights, rows * p.kv_len, 4);
   const Range r_lse = RangeOf(lse, rows, 4);
   const Range outputs[] = {r_out, r_w, r_lse};
-  const Range inputs[] = {RangeOf(q, plan.q_end, 4),
-                          RangeOf(k, plan.k_end, 4),
-                          RangeOf(v, plan.v_end, 4)};
+  Range inputs[] = {RangeOf(q, plan.q_end, 4), RangeOf(k, plan.k_end, e),
+                    RangeOf(v, plan.v_end, e), Range{0, 0}, Range{0, 0}};
+  if (kKvTypes) {  // the I8 scales (empty for the other types)
+    inputs[3] = RangeOf(p.k_scales, plan.ksc_end, 4);
+    inputs[4] = RangeOf(p.v_scales, plan.vsc_end, 4);
+  }
+  constexpr size_t kInputs = kKvTypes ? 5 : 3;
   if (workspace == nullptr && workspace_size != 0) {
     if (kExplain) {
       Refuse(why, QKV_ERR_INVALID_ARGUMENT, kWhyWorkspaceNull, nullptr,
@@ -674,12 +727,14 @@ __attribute__((noinline)) bool BuffersValid(const Plan& plan,
   const Range r_ws =
       workspace_size == 0 ? Range{0, 0} : Range{ws, ws + workspace_size};
   unsigned overlap = 0;
-  for (size_t i = 0; i < 3; ++i) overlap |= Overlap(r_ws, inputs[i]);
+  for (size_t i = 0; i < kInputs; ++i) overlap |= Overlap(r_ws, inputs[i]);
   for (size_t i = 0; i < 3; ++i) {
     // Absent outputs (weights, lse) overlap nothing: skipping them is a
     // branch a caller's steady pattern of calls predicts.
     if (outputs[i].end == 0) continue;
-    for (size_t j = 0; j < 3; ++j) overlap |= Overlap(outputs[i], inputs[j]);
+    for (size_t j = 0; j < kInputs; ++j) {
+      overlap |= Overlap(outputs[i], inputs[j]);
+    }
     for (size_t j = i + 1; j < 3; ++j) {
       overlap |= Overlap(outputs[i], outputs[j]);
     }
@@ -688,10 +743,10 @@ __attribute__((noinline)) bool BuffersValid(const Plan& plan,
   if (overlap == 0) return true;
   if (kExplain) {  // find the first pair, for the message
     const char* out_names[] = {"out", "weights", "lse"};
-    const char* in_names[] = {"q", "k", "v"};
+    const char* in_names[] = {"q", "k", "v", "k_scales", "v_scales"};
     for (size_t i = 0; i < 3 && why->reason == kWhyNone; ++i) {
       if (outputs[i].end == 0) continue;
-      for (size_t j = 0; j < 3 && why->reason == kWhyNone; ++j) {
+      for (size_t j = 0; j < kInputs && why->reason == kWhyNone; ++j) {
         if (Overlap(outputs[i], inputs[j])) {
           Refuse(why, QKV_ERR_INVALID_ARGUMENT, kWhyOverlap, out_names[i], 0,
                  0, 0, in_names[j]);
@@ -708,7 +763,7 @@ __attribute__((noinline)) bool BuffersValid(const Plan& plan,
                0, "workspace");
       }
     }
-    for (size_t j = 0; j < 3 && why->reason == kWhyNone; ++j) {
+    for (size_t j = 0; j < kInputs && why->reason == kWhyNone; ++j) {
       if (Overlap(r_ws, inputs[j])) {
         Refuse(why, QKV_ERR_INVALID_ARGUMENT, kWhyOverlap, "workspace", 0, 0,
                0, in_names[j]);
@@ -777,8 +832,8 @@ qkv_status Prepare(const qkv_attention_desc* desc, const float* q,
   // request is unsupported: every invalid argument is reported first.
   Problem& p = plan->problem;
   p.q = q;
-  p.k = static_cast<const float*>(k);
-  p.v = static_cast<const float*>(v);
+  p.k = k;
+  p.v = v;
   p.out = out;
   p.weights = weights;
   p.lse = lse;

@@ -49,6 +49,9 @@ enum Reason {
   kWhyWorkspaceSmall,   // a: given, b: needed
 };
 
+// kWhyNullArray's b for the I8 scales (the others are QKV_MASK_* flags).
+constexpr int64_t kWhyFlagI8 = -1;
+
 struct Why {
   Reason reason;
   const char* name;

@@ -27,7 +27,17 @@ struct Problem {
   int64_t bias_batch_stride, bias_head_stride;
   int64_t additive_hidden;
   const float *w_q, *w_k, *w_v;
-  const float *q, *k, *v;
+  const float* q;
+  // Keys and values: arrays of kv_dtype elements (F32: floats). Engines
+  // read them through semantics.h (KeysOf/ValuesOf for F32,
+  // KeySource/ValueSource and DequantizeRow for every type).
+  const void *k, *v;
+  qkv_dtype kv_dtype;
+  // QKV_DTYPE_I8: element x = scale * q, one scale per (b, kv head, key)
+  // row, row j of (b, h) at k_scales + b * ksc_sb + h * ksc_sh + j * ksc_st
+  // (v_scales alike). NULL for the other types.
+  const float *k_scales, *v_scales;
+  int64_t ksc_sb, ksc_sh, ksc_st, vsc_sb, vsc_sh, vsc_st;
   float *out, *weights, *lse;  // weights and lse may be NULL
   // Layouts, in elements: element (b, h, t, c) of q is at
   // q + b * q_sb + h * q_sh + t * q_st + c, and so on. The boundary fills

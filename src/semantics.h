@@ -24,6 +24,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "engine.h"
 
@@ -48,12 +49,128 @@ inline float* OutRow(const Problem& p, int64_t b, int64_t h, int64_t i) {
   return p.out + b * p.out_sb + h * p.out_sh + i * p.out_st;
 }
 
+// F32 caches only (kv_dtype QKV_DTYPE_F32); KeySource/ValueSource read
+// every type.
 inline const float* KeysOf(const Problem& p, int64_t b, int64_t kvh) {
-  return p.k + b * p.k_sb + kvh * p.k_sh;
+  return static_cast<const float*>(p.k) + b * p.k_sb + kvh * p.k_sh;
 }
 
 inline const float* ValuesOf(const Problem& p, int64_t b, int64_t kvh) {
-  return p.v + b * p.v_sb + kvh * p.v_sh;
+  return static_cast<const float*>(p.v) + b * p.v_sb + kvh * p.v_sh;
+}
+
+// ------------------------------------------------ low-precision K and V
+// Bytes of one element of kv_dtype.
+inline int64_t KvElementBytes(qkv_dtype t) {
+  return t == QKV_DTYPE_F32 ? 4 : (t == QKV_DTYPE_I8 ? 1 : 2);
+}
+
+// IEEE binary16 to f32, exactly (subnormals, infinities and NaN included),
+// without subnormal f32 arithmetic (which ARMv7 NEON flushes to zero):
+// a normal half's 15 magnitude bits shifted into f32's place with the
+// exponent bias moved from 15 to 127; a subnormal half m * 2^-24 by an
+// integer conversion (m < 1024: exact); exponent 31 (inf, NaN) becomes 255.
+inline float F16ToF32(uint16_t h) {
+  const uint32_t exp = h & 0x7c00u;
+  const uint32_t mag = static_cast<uint32_t>(h & 0x7fffu) << 13;
+  uint32_t bits;
+  if (exp == 0) {
+    const float f = static_cast<float>(h & 0x3ffu) * 5.9604644775390625e-8f;
+    memcpy(&bits, &f, 4);  // 2^-24 above
+  } else if (exp == 0x7c00u) {
+    bits = mag | 0x7f800000u;
+  } else {
+    bits = mag + (112u << 23);
+  }
+  bits |= static_cast<uint32_t>(h & 0x8000u) << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+// bfloat16 to f32: the upper half of the f32's bits, exactly.
+inline float BF16ToF32(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+// The rows of one (batch, kv head) of K or V as stored: row j at
+// base + j * row_bytes, its I8 scale at scales[j * scale_st] (scales NULL
+// for the other types).
+struct KvSource {
+  const unsigned char* base;
+  int64_t row_bytes;
+  qkv_dtype dtype;
+  const float* scales;
+  int64_t scale_st;
+};
+
+inline KvSource KeySource(const Problem& p, int64_t b, int64_t kvh) {
+  const int64_t e = KvElementBytes(p.kv_dtype);
+  KvSource s;
+  s.base = static_cast<const unsigned char*>(p.k) +
+           (b * p.k_sb + kvh * p.k_sh) * e;
+  s.row_bytes = p.k_st * e;
+  s.dtype = p.kv_dtype;
+  s.scales = p.k_scales != nullptr
+                 ? p.k_scales + b * p.ksc_sb + kvh * p.ksc_sh
+                 : nullptr;
+  s.scale_st = p.ksc_st;
+  return s;
+}
+
+inline KvSource ValueSource(const Problem& p, int64_t b, int64_t kvh) {
+  const int64_t e = KvElementBytes(p.kv_dtype);
+  KvSource s;
+  s.base = static_cast<const unsigned char*>(p.v) +
+           (b * p.v_sb + kvh * p.v_sh) * e;
+  s.row_bytes = p.v_st * e;
+  s.dtype = p.kv_dtype;
+  s.scales = p.v_scales != nullptr
+                 ? p.v_scales + b * p.vsc_sb + kvh * p.vsc_sh
+                 : nullptr;
+  s.scale_st = p.vsc_st;
+  return s;
+}
+
+// Row j's I8 scale (1 for the other types).
+inline float RowScale(const KvSource& s, int64_t j) {
+  return s.dtype == QKV_DTYPE_I8 ? s.scales[j * s.scale_st] : 1.0f;
+}
+
+// Element c of row j, dequantized: F32 as stored, F16 and BF16 widened
+// exactly, I8 scale * q (one f32 rounding).
+inline float KvElement(const KvSource& s, int64_t j, int64_t c) {
+  const unsigned char* row = s.base + j * s.row_bytes;
+  switch (s.dtype) {
+    case QKV_DTYPE_F16: {
+      uint16_t h;
+      memcpy(&h, row + 2 * c, 2);
+      return F16ToF32(h);
+    }
+    case QKV_DTYPE_BF16: {
+      uint16_t h;
+      memcpy(&h, row + 2 * c, 2);
+      return BF16ToF32(h);
+    }
+    case QKV_DTYPE_I8:
+      return s.scales[j * s.scale_st] *
+             static_cast<float>(reinterpret_cast<const int8_t*>(row)[c]);
+    default: {
+      float f;
+      memcpy(&f, row + 4 * c, 4);
+      return f;
+    }
+  }
+}
+
+// Row j dequantized into dst[0, n): the scalar engines' K/V block source
+// (the SIMD pipeline converts vector-wise, src/pipeline/flash-inl.h).
+inline void DequantizeRow(const KvSource& s, int64_t j, int64_t n,
+                          float* dst) {
+  for (int64_t c = 0; c < n; ++c) dst[c] = KvElement(s, j, c);
 }
 
 // The position of query i of batch b: q_pos[b] + i, or i + kv_len - q_len

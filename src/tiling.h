@@ -50,8 +50,11 @@ inline int64_t ScoreDim(const Problem& p) {
 }
 
 // The K/V block source of one (batch, kv head): what the score and output
-// kernels read. Rows are strided (token-major caches, spare capacity), the
-// element type f32.
+// kernels read. Rows are strided (token-major caches, spare capacity). f32
+// rows are read in place (k, v); F16, BF16 and I8 rows (kv_dtype) are
+// dequantized a block of keys at a time into the worker's kblk and vblk
+// (convert_k, convert_v), and the kernels read those, so every path, score
+// kind and variant serves every element type with the f32 kernels.
 struct Operands {
   const float* q;  // queries, not yet scaled: (b, h, i) at
   int64_t q_sb, q_sh, q_st;  //   q + b * q_sb + h * q_sh + i * q_st
@@ -64,6 +67,10 @@ struct Operands {
   float finish;    // applied to finished scores (kGaussian: -scale,
                    // kDotScaled: scale, else 1)
   int kind;
+  // The rows as stored, for conversion and prefetching: K (or the additive
+  // projections) and V.
+  KvSource ksrc, vsrc;
+  bool convert_k, convert_v;  // not f32 in memory: dequantize per block
 };
 
 // Additive scores read projections made once per call: [B][Hkv][Lk][hidden]
@@ -74,19 +81,30 @@ inline size_t ProjectedKeysBytes(const Problem& p) {
                  sizeof(float));
 }
 
-inline size_t ProjectionBytes(const Problem& p) {
-  if (p.score != QKV_SCORE_ADDITIVE) return 0;
-  return ProjectedKeysBytes(p) +
-         AlignUp(static_cast<size_t>(p.batch * p.q_heads * p.q_len *
+// Projected queries, then (low-precision K) one dequantized key row.
+inline size_t ProjectedQueriesBytes(const Problem& p) {
+  return AlignUp(static_cast<size_t>(p.batch * p.q_heads * p.q_len *
                                      p.additive_hidden) *
                  sizeof(float));
+}
+
+inline size_t ProjectionBytes(const Problem& p) {
+  if (p.score != QKV_SCORE_ADDITIVE) return 0;
+  const size_t key_row =
+      p.kv_dtype == QKV_DTYPE_F32
+          ? 0
+          : AlignUp(static_cast<size_t>(p.head_dim) * sizeof(float));
+  return ProjectedKeysBytes(p) + ProjectedQueriesBytes(p) + key_row;
 }
 
 inline Operands OperandsFor(const Problem& p, const unsigned char* shared,
                             int64_t b, int64_t kvh) {
   Operands o;
-  o.v = ValuesOf(p, b, kvh);
-  o.v_st = p.v_st;
+  const bool f32 = p.kv_dtype == QKV_DTYPE_F32;
+  o.vsrc = ValueSource(p, b, kvh);
+  o.convert_v = !f32;
+  o.v = f32 ? ValuesOf(p, b, kvh) : nullptr;
+  o.v_st = f32 ? p.v_st : p.value_dim;
   if (p.score == QKV_SCORE_ADDITIVE) {
     const float* keys = reinterpret_cast<const float*>(shared);
     const int64_t hidden = p.additive_hidden;
@@ -96,6 +114,12 @@ inline Operands OperandsFor(const Problem& p, const unsigned char* shared,
     o.q_sb = p.q_heads * o.q_sh;
     o.k = keys + (b * p.kv_heads + kvh) * p.kv_len * hidden;
     o.k_st = hidden;
+    o.ksrc.base = reinterpret_cast<const unsigned char*>(o.k);
+    o.ksrc.row_bytes = hidden * static_cast<int64_t>(sizeof(float));
+    o.ksrc.dtype = QKV_DTYPE_F32;
+    o.ksrc.scales = nullptr;
+    o.ksrc.scale_st = 0;
+    o.convert_k = false;
     o.dim = hidden;
     o.q_scale = 1.0f;
     o.finish = 1.0f;
@@ -105,8 +129,10 @@ inline Operands OperandsFor(const Problem& p, const unsigned char* shared,
     o.q_sb = p.q_sb;
     o.q_sh = p.q_sh;
     o.q_st = p.q_st;
-    o.k = KeysOf(p, b, kvh);
-    o.k_st = p.k_st;
+    o.ksrc = KeySource(p, b, kvh);
+    o.convert_k = !f32;
+    o.k = f32 ? KeysOf(p, b, kvh) : nullptr;
+    o.k_st = f32 ? p.k_st : p.head_dim;
     o.dim = p.head_dim;
     if (p.score == QKV_SCORE_GAUSSIAN) {
       o.q_scale = 1.0f;
@@ -222,7 +248,9 @@ constexpr int64_t kGroupTiles = 4;
 constexpr int64_t kStridedValueKeys = 16;
 
 inline bool GroupsTiles(const Problem& p) {
+  // Low-precision rows are read once per block into dense f32 rows anyway.
   return !UsesRowPath(p) && p.score != QKV_SCORE_ADDITIVE &&
+         p.kv_dtype == QKV_DTYPE_F32 &&
          (p.k_st > p.head_dim || p.v_st > p.value_dim);
 }
 
@@ -303,31 +331,32 @@ inline TileTask SplitTaskAt(const Problem& p, size_t task, size_t tile_rows) {
 constexpr int64_t kPrefetchKvBytes = int64_t{8} << 20;
 
 inline bool PrefetchesKv(const Problem& p) {
-  const int64_t floats_per_key = ScoreDim(p) + p.value_dim;
+  const int64_t e = KvElementBytes(p.kv_dtype);
+  const int64_t bytes_per_key =
+      (p.score == QKV_SCORE_ADDITIVE ? 4 : e) * ScoreDim(p) + e * p.value_dim;
   return p.batch * p.kv_heads * p.kv_len >=
-         kPrefetchKvBytes / static_cast<int64_t>(sizeof(float)) /
-             (floats_per_key > 0 ? floats_per_key : 1);
+         kPrefetchKvBytes / (bytes_per_key > 0 ? bytes_per_key : 1);
 }
 
-// Prefetches `rows` rows of `row_floats` floats, `stride` floats apart, a
+// Prefetches `rows` rows of `row_bytes` bytes, `stride` bytes apart, a
 // cache line at a time, spread over `steps` calls of Step(). Nothing to do
 // (or on = false) makes Step() a no-op.
 class PrefetchStream {
  public:
-  PrefetchStream(bool on, const float* begin, int64_t rows,
-                 int64_t row_floats, int64_t stride, int64_t steps)
+  PrefetchStream(bool on, const unsigned char* begin, int64_t rows,
+                 int64_t row_bytes, int64_t stride, int64_t steps)
       : at_(reinterpret_cast<const char*>(begin)),
         line_(0),
         row_lines_(0),
-        stride_bytes_(stride * static_cast<int64_t>(sizeof(float))),
+        stride_bytes_(stride),
         left_(0),
         per_step_(0) {
-    if (!on || rows <= 0 || row_floats <= 0 || steps <= 0) return;
-    if (stride == row_floats) {  // contiguous: one long row
-      row_floats *= rows;
+    if (!on || rows <= 0 || row_bytes <= 0 || steps <= 0) return;
+    if (stride == row_bytes) {  // contiguous: one long row
+      row_bytes *= rows;
       rows = 1;
     }
-    row_lines_ = (row_floats * static_cast<int64_t>(sizeof(float)) + 63) / 64;
+    row_lines_ = (row_bytes + 63) / 64;
     left_ = row_lines_ * rows;
     per_step_ = (left_ + steps - 1) / steps;
   }
@@ -360,9 +389,11 @@ struct BlockPrefetch {
   PrefetchStream v, k;
   BlockPrefetch(bool on, const Operands& op, int64_t dv, int64_t j0,
                 int64_t nb, int64_t stop, int64_t v_steps, int64_t k_steps)
-      : v(on, op.v + j0 * op.v_st, nb, dv, op.v_st, v_steps),
-        k(on, op.k + (j0 + nb) * op.k_st, NextBlockKeys(j0 + nb, stop),
-          op.dim, op.k_st, k_steps) {}
+      : v(on, op.vsrc.base + j0 * op.vsrc.row_bytes, nb,
+          dv * KvElementBytes(op.vsrc.dtype), op.vsrc.row_bytes, v_steps),
+        k(on, op.ksrc.base + (j0 + nb) * op.ksrc.row_bytes,
+          NextBlockKeys(j0 + nb, stop), op.dim * KvElementBytes(op.ksrc.dtype),
+          op.ksrc.row_bytes, k_steps) {}
 
  private:
   static int64_t NextBlockKeys(int64_t next, int64_t stop) {
@@ -397,6 +428,10 @@ struct Tile {
   float* q_rows;  // [kRowPathMaxRows][dim] pre-scaled queries
   float* o_rows;  // [kRowPathMaxRows][value_dim] unnormalized output
   float* s_row;   // [kBlockKeys + lanes] scores of one row
+  // Low-precision K/V: one block of keys and values dequantized (NULL for
+  // f32, which is read in place).
+  float* kblk;  // [kBlockKeys][dim]
+  float* vblk;  // [kBlockKeys][value_dim]
 };
 
 // 0, 1, 2, ...: the key index of each lane in the tiny path (vectors of up
@@ -414,6 +449,8 @@ struct TinyTile {
   float* tail;   // [lanes] scratch for partial vectors
   float* kt;     // [dim][lanes]
   float* vt;     // [value_dim][lanes]
+  float* kblk;   // [lanes][dim] low-precision keys dequantized, else NULL
+  float* vblk;   // [lanes][value_dim] values alike
 };
 
 inline bool UsesTinyPath(const Problem& p, size_t lanes) {
@@ -427,13 +464,22 @@ inline size_t LayoutTiny(const Problem& p, size_t lanes, unsigned char* base,
   const size_t dim = static_cast<size_t>(ScoreDim(p));
   const size_t tail_bytes = AlignUp(lanes * 4);
   const size_t kt_bytes = AlignUp(dim * lanes * 4);
+  const size_t vt_bytes = AlignUp(static_cast<size_t>(p.value_dim) * lanes * 4);
+  const bool convert = p.kv_dtype != QKV_DTYPE_F32;
+  const size_t kblk_bytes =
+      convert && p.score != QKV_SCORE_ADDITIVE ? kt_bytes : 0;
+  const size_t vblk_bytes = convert ? vt_bytes : 0;
   if (tile != nullptr) {
-    tile->tail = reinterpret_cast<float*>(base);
-    tile->kt = reinterpret_cast<float*>(base + tail_bytes);
-    tile->vt = reinterpret_cast<float*>(base + tail_bytes + kt_bytes);
+    unsigned char* at = base;
+    tile->tail = reinterpret_cast<float*>(at);
+    tile->kt = reinterpret_cast<float*>(at += tail_bytes);
+    tile->vt = reinterpret_cast<float*>(at += kt_bytes);
+    at += vt_bytes;
+    tile->kblk = kblk_bytes != 0 ? reinterpret_cast<float*>(at) : nullptr;
+    tile->vblk = vblk_bytes != 0 ? reinterpret_cast<float*>(at + kblk_bytes)
+                                 : nullptr;
   }
-  return tail_bytes + kt_bytes +
-         AlignUp(static_cast<size_t>(p.value_dim) * lanes * 4);
+  return tail_bytes + kt_bytes + vt_bytes + kblk_bytes + vblk_bytes;
 }
 
 // Bytes of one worker's workspace; with base non-NULL also fills *tile.
@@ -470,7 +516,15 @@ inline size_t LayoutTile(const Problem& p, size_t lanes, unsigned char* base,
   unsigned char* q_rows = take(kRowPathMaxRows * dim * 4);
   unsigned char* o_rows = take(kRowPathMaxRows * dv * 4);
   unsigned char* s_row = take((kBlockKeys + lanes) * 4);
+  const bool convert = p.kv_dtype != QKV_DTYPE_F32;
+  const bool convert_k = convert && p.score != QKV_SCORE_ADDITIVE;
+  unsigned char* kblk =
+      convert_k ? take(static_cast<size_t>(kBlockKeys) * dim * 4) : nullptr;
+  unsigned char* vblk =
+      convert ? take(static_cast<size_t>(kBlockKeys) * dv * 4) : nullptr;
   if (tile != nullptr) {
+    tile->kblk = reinterpret_cast<float*>(kblk);
+    tile->vblk = reinterpret_cast<float*>(vblk);
     tile->qt = reinterpret_cast<float*>(qt);
     tile->st = reinterpret_cast<float*>(st);
     tile->ot = reinterpret_cast<float*>(ot);

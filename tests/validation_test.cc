@@ -61,6 +61,7 @@ struct Call {
   std::vector<float> bias, w_q, w_k, w_v;
   std::vector<float> slopes, sinks;  // [kQHeads], valid
   std::vector<int32_t> starts;       // [kBatch], valid kv_start
+  std::vector<float> scales;         // 2 x [kBatch][kKvHeads][kKvLen], I8
   std::vector<unsigned char> big_desc;  // for struct_size > sizeof
 
   Call() : arena(kPad * 7 + kNumQ + kNumK + kNumV + kNumOut + kNumW + kNumLse) {
@@ -89,6 +90,13 @@ struct Call {
     slopes.assign(kQHeads, 0.25f);
     sinks = {1.0f, -std::numeric_limits<float>::infinity(), -3.0f, 50.0f};
     starts = {0, 3};
+    scales.assign(2 * kBatch * kKvHeads * kKvLen, 0.01f);
+  }
+  // k and v read as I8 with valid scales.
+  void UseI8() {
+    desc.kv_dtype = QKV_DTYPE_I8;
+    desc.k_scales = scales.data();
+    desc.v_scales = scales.data() + kBatch * kKvHeads * kKvLen;
   }
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
@@ -561,18 +569,42 @@ std::vector<BadCase> BadCases() {
          SetRawDtype(&c->desc, std::numeric_limits<int32_t>::max());
        },
        "kv_dtype"},
-      // Valid element types that 0.2 does not serve: UNSUPPORTED from
-      // qkv_attention, INVALID from qkv_attention_f32 (which reads f32 only).
-      {"kv_dtype_f16", kInvalid, true,
-       [](Call* c) { c->desc.kv_dtype = QKV_DTYPE_F16; }, "kv_dtype",
-       QKV_ERR_UNSUPPORTED},
-      {"kv_dtype_bf16", kInvalid, true,
-       [](Call* c) { c->desc.kv_dtype = QKV_DTYPE_BF16; }, "kv_dtype",
-       QKV_ERR_UNSUPPORTED},
-      {"kv_dtype_i8", kInvalid, true,
-       [](Call* c) { c->desc.kv_dtype = QKV_DTYPE_I8; }, "kv_dtype",
-       QKV_ERR_UNSUPPORTED},
-      // Invalid beats unsupported: a bad stride with an unserved type.
+      // qkv_attention_f32 reads f32 only: INVALID there, whatever else;
+      // qkv_attention checks what the type needs.
+      {"kv_dtype_i8_without_scales", kInvalid, false,
+       [](Call* c) { c->desc.kv_dtype = QKV_DTYPE_I8; }, "k_scales"},
+      {"kv_dtype_i8_without_v_scales", kInvalid, false,
+       [](Call* c) {
+         c->UseI8();
+         c->desc.v_scales = nullptr;
+       },
+       "v_scales"},
+      {"k_scale_strides_negative", kInvalid, true,
+       [](Call* c) {
+         c->UseI8();
+         c->desc.k_scale_strides = {14, 7, -1};
+       },
+       "k_scale_strides.token"},
+      {"v_scale_strides_extent_overflow", kInvalid, true,
+       [](Call* c) {
+         c->UseI8();
+         c->desc.v_scale_strides = {kMax64 / 2, 7, 1};
+       },
+       "v_scale_strides"},
+      // Outputs may not overlap the scales (inputs).
+      {"k_scales_overlap_out", kInvalid, false,
+       [](Call* c) {
+         c->UseI8();
+         c->desc.k_scales = c->out + 3;
+       },
+       "k_scales"},
+      {"v_scales_overlap_lse", kInvalid, false,
+       [](Call* c) {
+         c->UseI8();
+         c->desc.v_scales = c->lse;
+       },
+       "v_scales"},
+      // A bad stride with a low-precision type (strides in its elements).
       {"kv_dtype_f16_with_bad_stride", kInvalid, true,
        [](Call* c) {
          c->desc.kv_dtype = QKV_DTYPE_F16;
@@ -946,20 +978,20 @@ TEST(ExplainTest, SameStatusAsTheCall) {
   EXPECT_TRUE(out.BodyUntouched() && weights.BodyUntouched() &&
               lse.BodyUntouched())
       << "explain wrote an output";
+  // A valid F16 call: qkv_attention serves it, qkv_attention_f32 (f32
+  // only) refuses it, naming kv_dtype.
+  // (Its workspace holds a block of dequantized keys and values too.)
   qkv_attention_desc half = good;
   half.kv_dtype = QKV_DTYPE_F16;
+  MisalignedWorkspace half_ws(qkv_attention_workspace_size(&half));
   EXPECT_EQ(qkv_attention_explain(&half, p.q.data(), p.k.data(), p.v.data(),
                                   out.data(), weights.data(), lse.data(),
-                                  ws.data(), ws.size(), buf, sizeof buf),
-            QKV_ERR_UNSUPPORTED);
-  EXPECT_NE(std::string(buf).find("kv_dtype"), std::string::npos) << buf;
-  EXPECT_EQ(qkv_attention(&half, p.q.data(), p.k.data(), p.v.data(),
-                          out.data(), weights.data(), lse.data(), ws.data(),
-                          ws.size()),
-            QKV_ERR_UNSUPPORTED);
+                                  half_ws.data(), half_ws.size(), buf,
+                                  sizeof buf),
+            QKV_OK);
   EXPECT_EQ(qkv_attention_f32(&half, p.q.data(), p.k.data(), p.v.data(),
                               out.data(), weights.data(), lse.data(),
-                              ws.data(), ws.size()),
+                              half_ws.data(), half_ws.size()),
             QKV_ERR_INVALID_ARGUMENT);
   EXPECT_TRUE(out.BodyUntouched() && weights.BodyUntouched() &&
               lse.BodyUntouched());

@@ -202,6 +202,20 @@ struct VCase {
          v_layout = Layout::kDense, out_layout = Layout::kDense;
   float q_mag = 1.0f, k_mag = 1.0f, v_mag = 1.0f;
   bool multiples = false;  // q, k in 125 * [-8, 8] (exact huge logits)
+  // K and V stored as kv_dtype (qkv_quantize_rows), the oracle on their
+  // values decoded here; I8 scales laid out like K and V (token-major,
+  // padded, broadcast alike).
+  qkv_dtype dtype = QKV_DTYPE_F32;
+  bool edges = false;  // f16 subnormals, int8 zero and one-outlier rows
+
+  VCase& Dtype(qkv_dtype t) {
+    dtype = t;
+    return *this;
+  }
+  VCase& Edges() {
+    edges = true;
+    return *this;
+  }
 
   VCase& Causal() {
     mask |= QKV_MASK_CAUSAL;
@@ -659,6 +673,83 @@ std::vector<VCase> AllCases() {
   cs.push_back(Shape("kv0_padded", 2, 4, 2, 3, 0, 8, 5)
                    .WithSinks(Sinks::kRandom)
                    .AllLayouts(L::kPadded));
+  // ---- low-precision K/V caches: each dtype on every path, score kind and
+  // layout, against the oracle on the values the cache holds.
+  const std::pair<const char*, qkv_dtype> kTypes[] = {
+      {"f16", QKV_DTYPE_F16}, {"bf16", QKV_DTYPE_BF16}, {"i8", QKV_DTYPE_I8}};
+  for (const auto& [tn, t] : kTypes) {
+    const std::string n = tn;
+    cs.push_back(
+        Shape(n + "_tile_gqa", 2, 4, 2, 70, 150, 32, 24).Causal().Dtype(t));
+    cs.push_back(Shape(n + "_row_split", 1, 4, 1, 1, 1300, 64, 64).Dtype(t));
+    cs.push_back(Shape(n + "_tiny", 1, 2, 1, 1, 5, 8, 8).Dtype(t));
+    cs.push_back(Shape(n + "_everything_token_major", 2, 4, 2, 33, 100, 16, 16)
+                     .Everything(20, -1)
+                     .AllLayouts(L::kTokenMajor)
+                     .Dtype(t));
+    // Rows not a multiple of the lanes (conversion tails), gaps everywhere.
+    cs.push_back(Shape(n + "_padded_row", 2, 2, 1, 2, 300, 20, 12)
+                     .Window(100, 0)
+                     .AllLayouts(L::kPadded)
+                     .Dtype(t));
+    // One row per kv head (decoding without GQA): keys and values read
+    // converting in registers; splits, tails, gaps.
+    cs.push_back(Shape(n + "_padded_decode", 1, 2, 2, 1, 700, 20, 12)
+                     .AllLayouts(L::kPadded)
+                     .Dtype(t));
+    cs.push_back(Shape(n + "_everything_decode", 2, 2, 2, 1, 300, 24, 16)
+                     .Everything(50, -1)
+                     .QPos({299, 120})
+                     .Dtype(t));
+    cs.push_back(Shape(n + "_gaussian_decode", 1, 2, 2, 1, 200, 16, 16)
+                     .Score(QKV_SCORE_GAUSSIAN)
+                     .Scale(0.05f)
+                     .Dtype(t));
+    cs.push_back(Shape(n + "_padded_tile", 1, 3, 1, 20, 90, 13, 7)
+                     .Causal()
+                     .AllLayouts(L::kPadded)
+                     .Dtype(t));
+    cs.push_back(
+        Shape(n + "_edges_tile", 1, 2, 1, 40, 130, 16, 16)
+            .Lens({125})
+            .Edges()
+            .Dtype(t));
+    cs.push_back(Shape(n + "_edges_row", 2, 2, 2, 1, 700, 16, 16)
+                     .Lens({695, 300})
+                     .Edges()
+                     .Dtype(t));
+    // Every K and V value below f16's smallest normal (6.1e-5): subnormal
+    // halves, scaled up to ordinary logits; out is compared relative to
+    // max|v|.
+    cs.push_back(Shape(n + "_subnormal_tile", 1, 2, 1, 40, 80, 16, 16)
+                     .Mags(1.0f, 6e-5f, 6e-5f)
+                     .Scale(2e4f)
+                     .Dtype(t));
+    cs.push_back(Shape(n + "_subnormal_row", 1, 2, 1, 2, 300, 16, 16)
+                     .Mags(1.0f, 6e-5f, 6e-5f)
+                     .Scale(2e4f)
+                     .Dtype(t));
+    cs.push_back(Shape(n + "_gaussian_tile", 1, 2, 1, 40, 80, 16, 16)
+                     .Score(QKV_SCORE_GAUSSIAN)
+                     .Scale(0.05f)
+                     .Dtype(t));
+    cs.push_back(Shape(n + "_additive_tile", 1, 2, 1, 20, 40, 8, 8)
+                     .Score(QKV_SCORE_ADDITIVE, 8)
+                     .Dtype(t));
+    cs.push_back(Shape(n + "_additive_tiny", 1, 2, 2, 1, 3, 8, 8)
+                     .Score(QKV_SCORE_ADDITIVE, 8)
+                     .Dtype(t));
+    cs.push_back(Shape(n + "_broadcast_row", 3, 2, 2, 1, 600, 16, 16)
+                     .QPos({599, 300, 0})
+                     .Causal()
+                     .Layouts(L::kDense, L::kBroadcast, L::kBroadcast,
+                              L::kDense)
+                     .Dtype(t));
+    // A decoding step of a real-looking cache: d 128, GQA 4, spare capacity.
+    cs.push_back(Shape(n + "_capacity_decode", 1, 8, 2, 1, 520, 128, 128)
+                     .AllLayouts(L::kCapacity)
+                     .Dtype(t));
+  }
   return cs;
 }
 
@@ -667,7 +758,11 @@ std::vector<VCase> AllCases() {
 
 struct Built {
   qkv_attention_desc desc;
-  Tensor q, k, v;
+  Tensor q, k, v;  // f32; for a low-precision case the decoded cache
+  // kv_dtype elements at the same element offsets as k and v (kGuard
+  // elements before), gaps holding a NaN (F16, BF16) or -128 (I8).
+  std::vector<uint8_t> kq, vq;
+  Tensor k_scales, v_scales;  // I8 only
   Layout out_layout = Layout::kDense;
   std::vector<float> bias, slopes, sinks, w_q, w_k, w_v;
   std::vector<int32_t> lens, q_pos, kv_start;
@@ -680,6 +775,12 @@ struct Built {
     d.q_strides = q.strides;
     d.k_strides = k.strides;
     d.v_strides = v.strides;
+    if (desc.kv_dtype == QKV_DTYPE_I8) {
+      d.k_scales = k_scales.data();
+      d.v_scales = v_scales.data();
+      d.k_scale_strides = k_scales.strides;
+      d.v_scale_strides = v_scales.strides;
+    }
     d.out_strides = MakeTensor(out_layout, d.batch, d.q_heads, d.q_len,
                                d.value_dim)
                         .strides;
@@ -695,11 +796,121 @@ struct Built {
     d.backend = backend.empty() ? nullptr : backend.c_str();
     return d;
   }
+  // What the call reads for k and v.
+  const void* KData() const {
+    return desc.kv_dtype == QKV_DTYPE_F32
+               ? static_cast<const void*>(k.data())
+               : static_cast<const void*>(kq.data() + kGuard * ElementSize());
+  }
+  const void* VData() const {
+    return desc.kv_dtype == QKV_DTYPE_F32
+               ? static_cast<const void*>(v.data())
+               : static_cast<const void*>(vq.data() + kGuard * ElementSize());
+  }
+  size_t ElementSize() const {
+    return desc.kv_dtype == QKV_DTYPE_F32 ? 4
+           : desc.kv_dtype == QKV_DTYPE_I8 ? 1
+                                            : 2;
+  }
   Tensor NewOut() const {
     return MakeTensor(out_layout, desc.batch, desc.q_heads, desc.q_len,
                       desc.value_dim);
   }
 };
+
+// Decoders written from the formats' definitions, independent of the
+// library's: the oracle sees exactly the values the cache holds.
+float DecodeF16(uint16_t h) {
+  const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
+  const double sign = (h & 0x8000) ? -1.0 : 1.0;
+  if (e == 31) return m ? std::numeric_limits<float>::quiet_NaN()
+                        : static_cast<float>(sign * kInf);
+  if (e == 0) return static_cast<float>(sign * std::ldexp(m, -24));
+  return static_cast<float>(sign * std::ldexp(1024 + m, e - 25));
+}
+
+float DecodeBf16(uint16_t h) {
+  const uint32_t b = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+// Stores t's addressed rows as `dtype` (qkv_quantize_rows, row by row: the
+// I8 scales go to `scales`, laid out like t) and replaces t's values with
+// the decoded ones.
+void Quantize(qkv_dtype dtype, Tensor* t, std::vector<uint8_t>* raw,
+              Tensor* scales) {
+  const size_t e = dtype == QKV_DTYPE_I8 ? 1 : 2;
+  raw->assign(t->buf.size() * e, 0);
+  for (size_t i = 0; i < t->buf.size(); ++i) {  // the gaps
+    if (dtype == QKV_DTYPE_I8) {
+      (*raw)[i] = 0x80;  // -128: outside what quantize_rows writes
+    } else {
+      const uint16_t nan = dtype == QKV_DTYPE_F16 ? 0x7E00 : 0x7FC0;
+      std::memcpy(raw->data() + i * e, &nan, 2);
+    }
+  }
+  for (int64_t b = 0; b < t->n0; ++b) {
+    for (int64_t h = 0; h < t->n1; ++h) {
+      for (int64_t s = 0; s < t->n2; ++s) {
+        const int64_t at = static_cast<int64_t>(kGuard) + t->Offset(b, h, s);
+        float* x = t->buf.data() + at;
+        uint8_t* dst = raw->data() + at * e;
+        float* scale =
+            dtype == QKV_DTYPE_I8
+                ? scales->buf.data() + kGuard + scales->Offset(b, h, s)
+                : nullptr;
+        ASSERT_EQ(qkv_quantize_rows(dtype, 1, t->dim, x, t->dim, dst, t->dim,
+                                    scale),
+                  QKV_OK);
+        for (int64_t c = 0; c < t->dim; ++c) {
+          if (dtype == QKV_DTYPE_I8) {
+            const int8_t q = static_cast<int8_t>(dst[c]);
+            x[c] = *scale * static_cast<float>(q);
+          } else {
+            uint16_t u;
+            std::memcpy(&u, dst + c * 2, 2);
+            x[c] = dtype == QKV_DTYPE_F16 ? DecodeF16(u) : DecodeBf16(u);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Values at a low-precision format's edges, in place of random ones: f16
+// subnormals, an int8 row of zeros and rows with one outlier, in values the
+// largest finite f16 (65504); keys from `hidden_from` on (which the case
+// hides) overflow: f16 and bf16 infinity, an int8 outlier of 1e30.
+void AddEdges(qkv_dtype dtype, Tensor* t, bool values, int64_t hidden_from,
+              std::mt19937* rng) {
+  std::uniform_int_distribution<int> pick(0, 5);
+  for (int64_t b = 0; b < t->n0; ++b) {
+    for (int64_t h = 0; h < t->n1; ++h) {
+      for (int64_t s = 0; s < t->n2; ++s) {
+        float* x = t->buf.data() + kGuard + t->Offset(b, h, s);
+        const int kind = pick(*rng);
+        for (int64_t c = 0; c < t->dim; ++c) {
+          if (s >= hidden_from) {
+            x[c] = c % 3 == 0 ? 0.0f
+                   : dtype == QKV_DTYPE_F16 ? 1e5f * (c % 2 ? 1.0f : -1.0f)
+                   : dtype == QKV_DTYPE_BF16 ? 3.4e38f
+                                              : 1e30f;
+          } else if (kind == 0) {
+            x[c] = 0.0f;  // an all-zero row (I8 scale 0)
+          } else if (kind == 1 && c == 0) {
+            x[c] = 40.0f;  // one outlier: the rest round to few levels
+          } else if (kind == 2 && dtype == QKV_DTYPE_F16) {
+            x[c] *= 1e-5f;  // subnormal binary16 (below 6.1e-5)
+          } else if (kind == 3 && values && dtype == QKV_DTYPE_F16 && c == 1) {
+            x[c] = 65500.0f;  // rounds to 65504, the largest finite
+          }
+        }
+      }
+    }
+  }
+}
 
 std::unique_ptr<Built> Build(const VCase& c, const std::string& backend) {
   auto p = std::make_unique<Built>();
@@ -720,6 +931,19 @@ std::unique_ptr<Built> Build(const VCase& c, const std::string& backend) {
   FillTensor(&p->q, &rng, c.q_mag, c.multiples);
   FillTensor(&p->k, &rng, c.k_mag, c.multiples);
   FillTensor(&p->v, &rng, c.v_mag, false);
+  d.kv_dtype = c.dtype;
+  if (c.dtype != QKV_DTYPE_F32) {
+    if (c.edges) {  // the last 5 keys are past every valid length
+      AddEdges(c.dtype, &p->k, false, c.kv_len - 5, &rng);
+      AddEdges(c.dtype, &p->v, true, c.kv_len - 5, &rng);
+    }
+    if (c.dtype == QKV_DTYPE_I8) {
+      p->k_scales = MakeTensor(c.k_layout, c.batch, c.kv_heads, c.kv_len, 1);
+      p->v_scales = MakeTensor(c.v_layout, c.batch, c.kv_heads, c.kv_len, 1);
+    }
+    Quantize(c.dtype, &p->k, &p->kq, &p->k_scales);
+    Quantize(c.dtype, &p->v, &p->vq, &p->v_scales);
+  }
   p->out_layout = c.out_layout;
   for (size_t i = 0; i < p->v.buf.size(); ++i) {
     if (p->v.addressed[i]) {
@@ -813,7 +1037,9 @@ struct CallOptions {
 qkv_status Call(bool general, const qkv_attention_desc& d, const Built& p,
                 float* out, float* weights, float* lse, void* ws,
                 size_t ws_size) {
-  return general ? qkv_attention(&d, p.q.data(), p.k.data(), p.v.data(), out,
+  // Low-precision caches: only the general entry reads them.
+  general = general || d.kv_dtype != QKV_DTYPE_F32;
+  return general ? qkv_attention(&d, p.q.data(), p.KData(), p.VData(), out,
                                  weights, lse, ws, ws_size)
                  : qkv_attention_f32(&d, p.q.data(), p.k.data(), p.v.data(),
                                      out, weights, lse, ws, ws_size);
@@ -878,7 +1104,7 @@ std::string Explain(const Built& p, const qkv_attention_desc& d) {
   Tensor out = p.NewOut();
   char message[256];
   const qkv_status st = qkv_attention_explain(
-      &d, p.q.data(), p.k.data(), p.v.data(), out.data(), nullptr, nullptr,
+      &d, p.q.data(), p.KData(), p.VData(), out.data(), nullptr, nullptr,
       nullptr, 0, message, sizeof message);
   return std::string(qkv_status_string(st)) + " (" + message + ")";
 }
@@ -974,10 +1200,11 @@ void CheckAgainstOracle(const VCase& c, const std::string& backend) {
   const std::unique_ptr<Built> p = Build(c, backend);
   const qkv_attention_desc d = p->Bound();
   const std::vector<float> q0 = p->q.buf, k0 = p->k.buf, v0 = p->v.buf;
+  const std::vector<uint8_t> kq0 = p->kq, vq0 = p->vq;
 
   const Result full = RunCall(*p, d);
   EXPECT_TRUE(BitwiseEqual(p->q.buf, q0) && BitwiseEqual(p->k.buf, k0) &&
-              BitwiseEqual(p->v.buf, v0))
+              BitwiseEqual(p->v.buf, v0) && p->kq == kq0 && p->vq == vq0)
       << "an input buffer was modified";
   ASSERT_EQ(full.status, QKV_OK) << backend << ": " << Explain(*p, d);
   const OracleOutput& exact = OracleFor(c, *p);
@@ -1201,7 +1428,8 @@ std::vector<VCase> DeterminismCases() {
       "combined_tile_gqa", "combined_row_split", "combined_tiny8",
       "padded_split",      "token_major_tile",   "window_last_split_only",
       "token_major_groups_everything",
-      "kv_start_split"};
+      "kv_start_split",    "f16_tile_gqa",       "i8_row_split",
+      "bf16_everything_token_major"};
   std::vector<VCase> r;
   for (const VCase& c : AllCases()) {
     if (std::find(names.begin(), names.end(), c.name) != names.end()) {

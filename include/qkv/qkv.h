@@ -89,7 +89,11 @@ typedef void (*qkv_task_fn)(void *arg, size_t task, size_t worker);
 typedef void (*qkv_parallel_for_fn)(void *ctx, size_t num_tasks, qkv_task_fn fn,
                                     void *arg);
 
-/* Element type of a K/V cache (added in 0.2). */
+/* Element type of a K/V cache (added in 0.2): k and v of qkv_attention.
+ * F16 is IEEE binary16 and BF16 bfloat16 (uint16_t bit patterns); I8 holds
+ * x = scale * q, q an int8_t, with one float scale per (batch, kv head,
+ * key) row of K (k_scales) and of V (v_scales). q, out, weights and lse
+ * stay f32, and all arithmetic is f32 with f32 accumulation. */
 typedef enum qkv_dtype {
   QKV_DTYPE_F32 = 0,
   QKV_DTYPE_F16 = 1,
@@ -136,10 +140,22 @@ typedef struct qkv_attention_desc {
   /* ---- added in 0.2: variants and layouts. _init zeroes them, and so
    * does a shorter struct_size: f32, dense, no window, no ALiBi, no
    * softcap, default positions, no sinks. ---- */
-  /* Element type of k and v (qkv_attention). Only QKV_DTYPE_F32 is served
-   * in 0.2; the others are valid requests that return QKV_ERR_UNSUPPORTED. */
+  /* Element type of k and v (qkv_attention; qkv_attention_f32 reads F32
+   * only). The result is within the accuracy bound below of the exact
+   * attention over the values the cache holds (F16 and BF16 decoded
+   * exactly, I8 as scale * q): the kernels add no error of their own.
+   * Microcontroller builds serve F16, BF16 and I8 only when configured with
+   * QKV_LOW_PRECISION_KV=ON (CMake; OFF by default there, so that an
+   * f32-only firmware keeps its size); otherwise they return
+   * QKV_ERR_UNSUPPORTED for them. */
   qkv_dtype kv_dtype;
-  /* Per-row scales of quantized K and V; not read for F32. */
+  /* QKV_DTYPE_I8: the scale of K's (V's) row (b, kv head h, key j) is
+   * k_scales[b * batch + h * head + j * token] with k_scale_strides (in
+   * floats, the rule of the other strides: all 0 is dense
+   * [batch][kv_heads][kv_len]; a token-major cache keeps its scales
+   * token-major, {seq * kv_heads, 1, kv_heads}). NULL with I8 (and
+   * kv_len > 0): QKV_ERR_INVALID_ARGUMENT. Their values are data, like K's
+   * and V's, and not checked. Not read for the other types. */
   const float *k_scales, *v_scales;
   /* Layouts, in elements (of kv_dtype for k and v): element (b, h, t, c)
    * of q, k, v or out is at b * batch + h * head + t * token + c. All
@@ -334,7 +350,8 @@ QKV_API const char *qkv_backend_name(size_t index);
 /* QKV_REFERENCE_WORKSPACE_SIZE(kv_len, additive_hidden, num_workers): the
  * bytes qkv_attention_workspace_size() returns for a valid descriptor served
  * by the "reference" backend, or by "helium" (the backends of microcontroller
- * builds; Helium lays out its workspace the same way), as a constant
+ * builds; Helium lays out its workspace the same way; both, for every
+ * kv_dtype, read K and V in place), as a constant
  * expression when the arguments are constants:
  *
  *   static unsigned char ws[QKV_REFERENCE_WORKSPACE_SIZE(64, 0, 1)];

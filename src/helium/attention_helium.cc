@@ -9,7 +9,7 @@
 // the accumulators in Q registers (the count of executed instructions is
 // what tests/mcu/icount.cc measures). A row visits only its keys [lo, hi)
 // (src/semantics.h's RowKeys); q, k, v and out are addressed through the
-// Problem's strides, so rows of K and V are k_st and v_st floats apart.
+// Problem's strides, so rows of K and V are k_st and v_st elements apart.
 //  - scores: 4 keys at a time. One q vector is loaded per 4 dimensions and
 //    multiplied into 4 accumulators (one per key), reading K in its natural
 //    layout; the 4 accumulators are reduced to one vector of 4 scores through
@@ -30,6 +30,20 @@
 //    that such a key never touches out (0 * inf would be NaN), as in the
 //    reference.
 //  - additive scores use the reference engine's task (tanh is scalar libm).
+//  - F16, BF16 and I8 keys and values (kv_dtype) go through the same loops,
+//    which load 4 elements into 4 f32 lanes: F16 by a widening 16-bit load
+//    and VCVTB (exact, subnormals included: conversions from half precision
+//    do not flush, whatever FPSCR.FZ16 says),
+//    BF16 by the same load and a shift left by 16, I8 by a widening
+//    sign-extending byte load and VCVT. An I8 row's scale enters once per
+//    row where the arithmetic allows: DOT scores are multiplied by their 4
+//    keys' scales (one gather) after the sum, the weights p_j by their value
+//    rows' scales in one pass before the weighted sum (after the weights
+//    output took them); GAUSSIAN keys are scaled as they are loaded
+//    (|q - s k|^2 does not factor). So I8 results differ from the f32 ones
+//    over the dequantized values by f32 rounding only. These types are
+//    compiled out with QKV_LOW_PRECISION_KV=0 (the default on
+//    microcontrollers: CMakeLists.txt).
 //
 // exp: x = n ln2 + r, n = round(x log2 e), |r| <= ln2/2 with ln2 split in
 // two parts; exp(r) by its Taylor polynomial to degree 7 (truncation
@@ -53,7 +67,18 @@ int64_t RowBlocks(const Problem& p) {
   return (p.q_len + kRowsPerTask - 1) / kRowsPerTask;
 }
 
-bool Supports(const Problem&) { return true; }
+// F16, BF16 and I8 K/V: compiled unless the build says
+// QKV_LOW_PRECISION_KV=0, where the boundary refuses them and an f32-only
+// firmware keeps its size.
+#if !defined(QKV_LOW_PRECISION_KV) || QKV_LOW_PRECISION_KV
+constexpr bool kLowPrecisionKv = true;
+#else
+constexpr bool kLowPrecisionKv = false;
+#endif
+
+bool Supports(const Problem& p) {
+  return kLowPrecisionKv || p.kv_dtype == QKV_DTYPE_F32;
+}
 
 size_t NumTasks(const Problem& p) {
   if (p.score == QKV_SCORE_ADDITIVE) return ReferenceEngine()->num_tasks(p);
@@ -96,6 +121,85 @@ inline float AddLanes(float32x4_t v) {
          (vgetq_lane_f32(v, 2) + vgetq_lane_f32(v, 3));
 }
 
+// How 4 elements of a K or V row of each type become 4 f32 lanes (Load),
+// or the first lanes under a predicate with zeros in the others (LoadZ):
+// T is the stored element, kScaled says whether rows carry an I8 scale
+// (which the callers apply, see the top of this file).
+struct F32Kv {
+  using T = float;
+  static constexpr bool kScaled = false;
+  static float32x4_t Load(const float* x) { return vld1q_f32(x); }
+  static float32x4_t LoadZ(const float* x, mve_pred16_t t) {
+    return vldrwq_z_f32(x, t);
+  }
+};
+
+// VCVTB.F32.F16: the binary16 in the low half of each 32-bit lane of x, as
+// f32. Written as its encoding: GNU as 2.40 encodes this instruction's Q
+// registers as twice their numbers (q2 as q4, q5 as an undefined
+// instruction: vcvtbq_f32_f16 faults under QEMU), so the assembler picks
+// the encoding for the registers GCC chose (.ifc on the operand's name).
+inline float32x4_t F16BottomToF32(uint32x4_t x) {
+  float32x4_t r;
+  __asm__(
+      ".irp d,0,1,2,3,4,5,6,7\n"
+      ".ifc %q0,q\\d\n"
+      ".irp m,0,1,2,3,4,5,6,7\n"
+      ".ifc %q1,q\\m\n"
+      ".inst.w 0xfe3f0e01 | (\\d << 13) | (\\m << 1)\n"
+      ".endif\n"
+      ".endr\n"
+      ".endif\n"
+      ".endr"
+      : "=w"(r)
+      : "w"(x));
+  return r;
+}
+
+// IEEE binary16: each element zero-extended into the low half of a 32-bit
+// lane, which VCVTB converts.
+struct F16Kv {
+  using T = uint16_t;
+  static constexpr bool kScaled = false;
+  static float32x4_t Load(const uint16_t* x) {
+    return F16BottomToF32(vldrhq_u32(x));
+  }
+  static float32x4_t LoadZ(const uint16_t* x, mve_pred16_t t) {
+    return F16BottomToF32(vldrhq_z_u32(x, t));
+  }
+};
+
+// bfloat16: the upper half of an f32's bits.
+struct BF16Kv {
+  using T = uint16_t;
+  static constexpr bool kScaled = false;
+  static float32x4_t Load(const uint16_t* x) {
+    return vreinterpretq_f32_u32(vshlq_n_u32(vldrhq_u32(x), 16));
+  }
+  static float32x4_t LoadZ(const uint16_t* x, mve_pred16_t t) {
+    return vreinterpretq_f32_u32(vshlq_n_u32(vldrhq_z_u32(x, t), 16));
+  }
+};
+
+// I8: the integers, unscaled.
+struct I8Kv {
+  using T = int8_t;
+  static constexpr bool kScaled = true;
+  static float32x4_t Load(const int8_t* x) {
+    return vcvtq_f32_s32(vldrbq_s32(x));
+  }
+  static float32x4_t LoadZ(const int8_t* x, mve_pred16_t t) {
+    return vcvtq_f32_s32(vldrbq_z_s32(x, t));
+  }
+};
+
+// 4 dimensions of a key as f32 lanes: I8 keys times their row's scale c
+// only for GAUSSIAN (DOT scores take the scale after the sum, ScoreRow).
+template <bool kGaussian, class Kv>
+inline float32x4_t KeyLanes(float32x4_t x, float c) {
+  return kGaussian && Kv::kScaled ? vmulq_n_f32(x, c) : x;
+}
+
 // One step of the scores of keys k0..k3 against q over 4 dimensions: DOT
 // accumulates q * k_u, GAUSSIAN (q - k_u)^2.
 template <bool kGaussian>
@@ -107,29 +211,32 @@ inline float32x4_t Term(float32x4_t acc, float32x4_t qv, float32x4_t kv) {
   return vfmaq_f32(acc, qv, kv);
 }
 
-// Scores of keys k0..k3 (d floats each) against q, as one vector: DOT
-// gives q . k_u, GAUSSIAN |q - k_u|^2. The pointers walk the rows with
+// Scores of keys k0..k3 (d elements each) against q, as one vector: DOT
+// gives q . k_u, GAUSSIAN |q - k_u|^2 (I8: unscaled for DOT, keys times
+// their scales c0..c3 for GAUSSIAN). The pointers walk the rows with
 // post-incremented loads (one VLDRW per 4 floats, no address arithmetic);
 // dimensions past a multiple of 4 use zeroing tail-predicated loads.
-template <bool kGaussian>
-__attribute__((always_inline)) inline float32x4_t Scores4(const float* q, const float* k0, const float* k1,
-                           const float* k2, const float* k3, int32_t d) {
+template <bool kGaussian, class Kv>
+__attribute__((always_inline)) inline float32x4_t Scores4(
+    const float* q, const typename Kv::T* k0, const typename Kv::T* k1,
+    const typename Kv::T* k2, const typename Kv::T* k3, int32_t d, float c0,
+    float c1, float c2, float c3) {
   float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
   for (int32_t t = d >> 2; t > 0; --t) {
     const float32x4_t qv = vld1q_f32(q);
-    a0 = Term<kGaussian>(a0, qv, vld1q_f32(k0));
-    a1 = Term<kGaussian>(a1, qv, vld1q_f32(k1));
-    a2 = Term<kGaussian>(a2, qv, vld1q_f32(k2));
-    a3 = Term<kGaussian>(a3, qv, vld1q_f32(k3));
+    a0 = Term<kGaussian>(a0, qv, KeyLanes<kGaussian, Kv>(Kv::Load(k0), c0));
+    a1 = Term<kGaussian>(a1, qv, KeyLanes<kGaussian, Kv>(Kv::Load(k1), c1));
+    a2 = Term<kGaussian>(a2, qv, KeyLanes<kGaussian, Kv>(Kv::Load(k2), c2));
+    a3 = Term<kGaussian>(a3, qv, KeyLanes<kGaussian, Kv>(Kv::Load(k3), c3));
     q += 4, k0 += 4, k1 += 4, k2 += 4, k3 += 4;
   }
   if ((d & 3) != 0) {  // the missing lanes load 0 and add 0
     const mve_pred16_t t = vctp32q(static_cast<uint32_t>(d & 3));
     const float32x4_t qv = vldrwq_z_f32(q, t);
-    a0 = Term<kGaussian>(a0, qv, vldrwq_z_f32(k0, t));
-    a1 = Term<kGaussian>(a1, qv, vldrwq_z_f32(k1, t));
-    a2 = Term<kGaussian>(a2, qv, vldrwq_z_f32(k2, t));
-    a3 = Term<kGaussian>(a3, qv, vldrwq_z_f32(k3, t));
+    a0 = Term<kGaussian>(a0, qv, KeyLanes<kGaussian, Kv>(Kv::LoadZ(k0, t), c0));
+    a1 = Term<kGaussian>(a1, qv, KeyLanes<kGaussian, Kv>(Kv::LoadZ(k1, t), c1));
+    a2 = Term<kGaussian>(a2, qv, KeyLanes<kGaussian, Kv>(Kv::LoadZ(k2, t), c2));
+    a3 = Term<kGaussian>(a3, qv, KeyLanes<kGaussian, Kv>(Kv::LoadZ(k3, t), c3));
   }
   // Transpose through memory: VLD4 de-interleaves [a0 a1 a2 a3] so that
   // lane u of every result vector comes from a_u (MVE has no float
@@ -166,35 +273,80 @@ inline float32x4_t Finish4(float32x4_t s, float factor, const float* bias,
   return vmaxnmq_m_f32(max, max, s, keep);
 }
 
-// Scores of the first n keys of k (d floats each, rows ks floats apart)
-// against q into scores[0..n); returns their maximum (-inf when there is
-// none or every score is -inf or NaN).
-template <bool kGaussian>
-__attribute__((noinline)) float ScoreRow(const float* q, const float* k,
-                                         int32_t n, int32_t d, size_t ks,
-                                         float factor, const float* bias,
-                                         float* scores) {
+// Scores of the first n keys of k (d elements each, rows ks elements
+// apart) against q into scores[0..n); returns their maximum (-inf when
+// there is none or every score is -inf or NaN). I8 keys: key j's scale at
+// sc[j * sst] (unread for the other types).
+template <bool kGaussian, class Kv>
+__attribute__((always_inline)) inline float ScoreRowOf(
+    const float* q, const typename Kv::T* k, int32_t n, int32_t d, size_t ks,
+    float factor, const float* bias, float* scores, const float* sc,
+    size_t sst) {
+  using T = typename Kv::T;
+  // I8 DOT: the scales of the 4 keys, gathered sst floats apart.
+  constexpr bool kScaleScores = Kv::kScaled && !kGaussian;
+  constexpr bool kScaleKeys = Kv::kScaled && kGaussian;
+  uint32x4_t sc_at = vdupq_n_u32(0);
+  if (kScaleScores) {
+    sc_at = vmulq_n_u32(vidupq_n_u32(0, 1), static_cast<uint32_t>(sst));
+  }
   float32x4_t max = vdupq_n_f32(-INFINITY);
   int32_t j = n;
   for (; j >= 4; j -= 4) {
-    const float* k1 = k + ks;
-    const float* k2 = k1 + ks;
-    const float* k3 = k2 + ks;
-    const float32x4_t s = Scores4<kGaussian>(q, k, k1, k2, k3, d);
+    const T* k1 = k + ks;
+    const T* k2 = k1 + ks;
+    const T* k3 = k2 + ks;
+    float c0 = 1.0f, c1 = 1.0f, c2 = 1.0f, c3 = 1.0f;
+    if (kScaleKeys) {
+      c0 = sc[0], c1 = sc[sst], c2 = sc[2 * sst], c3 = sc[3 * sst];
+    }
+    float32x4_t s = Scores4<kGaussian, Kv>(q, k, k1, k2, k3, d, c0, c1, c2, c3);
+    if (kScaleScores) {
+      s = vmulq_f32(s, vldrwq_gather_shifted_offset_f32(sc, sc_at));
+    }
     max = Finish4<true>(s, factor, bias, 0, scores, max);
     k = k3 + ks, scores += 4;
+    if (Kv::kScaled) sc += 4 * sst;
     if (bias != nullptr) bias += 4;
   }
   if (j > 0) {
     // Missing keys repeat the first one (never past the caller's K); their
     // lanes are neither stored nor part of the maximum.
-    const float* k1 = j > 1 ? k + ks : k;
-    const float* k2 = j > 2 ? k + 2 * ks : k;
-    const float32x4_t s = Scores4<kGaussian>(q, k, k1, k2, k, d);
-    max = Finish4<false>(s, factor, bias, vctp32q(static_cast<uint32_t>(j)),
-                         scores, max);
+    const T* k1 = j > 1 ? k + ks : k;
+    const T* k2 = j > 2 ? k + 2 * ks : k;
+    float c0 = 1.0f, c1 = 1.0f, c2 = 1.0f;
+    if (kScaleKeys) {
+      c0 = sc[0], c1 = j > 1 ? sc[sst] : c0, c2 = j > 2 ? sc[2 * sst] : c0;
+    }
+    float32x4_t s = Scores4<kGaussian, Kv>(q, k, k1, k2, k, d, c0, c1, c2, c0);
+    const mve_pred16_t keep = vctp32q(static_cast<uint32_t>(j));
+    if (kScaleScores) {
+      s = vmulq_f32(s, vldrwq_gather_shifted_offset_z_f32(sc, sc_at, keep));
+    }
+    max = Finish4<false>(s, factor, bias, keep, scores, max);
   }
   return vmaxnmvq_f32(-INFINITY, max);
+}
+
+// ScoreRowOf out of line: without scales (F32, F16, BF16; the F32 call is
+// as it always was) and with them (I8).
+template <bool kGaussian, class Kv>
+__attribute__((noinline)) float ScoreRow(const float* q,
+                                         const typename Kv::T* k, int32_t n,
+                                         int32_t d, size_t ks, float factor,
+                                         const float* bias, float* scores) {
+  return ScoreRowOf<kGaussian, Kv>(q, k, n, d, ks, factor, bias, scores,
+                                   nullptr, 0);
+}
+
+template <bool kGaussian>
+__attribute__((noinline)) float ScoreRowI8(const float* q, const int8_t* k,
+                                           int32_t n, int32_t d, size_t ks,
+                                           float factor, const float* bias,
+                                           float* scores, const float* sc,
+                                           size_t sst) {
+  return ScoreRowOf<kGaussian, I8Kv>(q, k, n, d, ks, factor, bias, scores, sc,
+                                     sst);
 }
 
 // The score epilogue's softcap and ALiBi (src/semantics.h) on the scores
@@ -280,15 +432,16 @@ __attribute__((noinline)) float ExpRow(float* scores, int32_t n, float max,
 
 // out[c..c+16) = scale * sum_j p_j v_j[c..c+16) over n keys, 16 columns
 // held in 4 accumulators while the keys stream by (v_j = v + j * vs).
-inline void Weighted16(const float* p, const float* v, int32_t n, size_t vs,
-                       float scale, float* out) {
+template <class Kv>
+inline void Weighted16(const float* p, const typename Kv::T* v, int32_t n,
+                       size_t vs, float scale, float* out) {
   float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
   for (int32_t j = n; j > 0; --j) {
     const float pj = *p++;
-    a0 = vfmaq_n_f32(a0, vld1q_f32(v), pj);
-    a1 = vfmaq_n_f32(a1, vld1q_f32(v + 4), pj);
-    a2 = vfmaq_n_f32(a2, vld1q_f32(v + 8), pj);
-    a3 = vfmaq_n_f32(a3, vld1q_f32(v + 12), pj);
+    a0 = vfmaq_n_f32(a0, Kv::Load(v), pj);
+    a1 = vfmaq_n_f32(a1, Kv::Load(v + 4), pj);
+    a2 = vfmaq_n_f32(a2, Kv::Load(v + 8), pj);
+    a3 = vfmaq_n_f32(a3, Kv::Load(v + 12), pj);
     v += vs;
   }
   vst1q_f32(out, vmulq_n_f32(a0, scale));
@@ -299,39 +452,46 @@ inline void Weighted16(const float* p, const float* v, int32_t n, size_t vs,
 
 // The same for columns c..c+4 under predicate t (zeroing loads, so no read
 // past the last value row).
-inline void Weighted4(const float* p, const float* v, int32_t n, size_t vs,
-                      float scale, float* out, mve_pred16_t t) {
+template <class Kv>
+inline void Weighted4(const float* p, const typename Kv::T* v, int32_t n,
+                      size_t vs, float scale, float* out, mve_pred16_t t) {
   float32x4_t a = vdupq_n_f32(0.0f);
   for (int32_t j = n; j > 0; --j) {
-    a = vfmaq_n_f32(a, vldrwq_z_f32(v, t), *p++);
+    a = vfmaq_n_f32(a, Kv::LoadZ(v, t), *p++);
     v += vs;
   }
   vstrwq_p_f32(out, vmulq_n_f32(a, scale), t);
 }
 
 // out[0..dv) += pj v[0..dv).
-inline void Accumulate1(float* out, const float* v, float pj, int32_t dv) {
+template <class Kv>
+inline void Accumulate1(float* out, const typename Kv::T* v, float pj,
+                        int32_t dv) {
   for (int32_t c = 0; c < dv; c += 4) {
     const mve_pred16_t t = vctp32q(static_cast<uint32_t>(dv - c));
     const float32x4_t o = vldrwq_z_f32(out + c, t);
-    vstrwq_p_f32(out + c, vfmaq_n_f32(o, vldrwq_z_f32(v + c, t), pj), t);
+    vstrwq_p_f32(out + c, vfmaq_n_f32(o, Kv::LoadZ(v + c, t), pj), t);
   }
 }
 
-// out = scale * sum_j p_j v_j over the n keys (v_j = v + j * vs). Without
-// a zero weight, columns are produced 16 at a time in registers and written
-// once; otherwise a hidden key (p_j == 0) must never touch out (0 * inf
-// would be NaN), as in the reference, and rows are accumulated key by key.
-__attribute__((noinline)) void WeightedRow(const float* p, const float* v,
-                                           int32_t n, int32_t dv, size_t vs,
-                                           float scale, bool has_zero,
-                                           float* out) {
+// out = scale * sum_j p_j v_j over the n keys (v_j = v + j * vs; I8: the
+// p_j already times v_j's scale, ScaleByRows). Without a zero weight,
+// columns are produced 16 at a time in registers and written once;
+// otherwise a hidden key (p_j == 0) must never touch out (0 * inf would be
+// NaN), as in the reference, and rows are accumulated key by key.
+template <class Kv>
+__attribute__((noinline)) void WeightedRow(const float* p,
+                                           const typename Kv::T* v, int32_t n,
+                                           int32_t dv, size_t vs, float scale,
+                                           bool has_zero, float* out) {
   if (!has_zero) {
     int32_t c = 0;
-    for (; c + 16 <= dv; c += 16) Weighted16(p, v + c, n, vs, scale, out + c);
+    for (; c + 16 <= dv; c += 16) {
+      Weighted16<Kv>(p, v + c, n, vs, scale, out + c);
+    }
     for (; c < dv; c += 4) {
-      Weighted4(p, v + c, n, vs, scale, out + c,
-                vctp32q(static_cast<uint32_t>(dv - c)));
+      Weighted4<Kv>(p, v + c, n, vs, scale, out + c,
+                    vctp32q(static_cast<uint32_t>(dv - c)));
     }
     return;
   }
@@ -340,11 +500,29 @@ __attribute__((noinline)) void WeightedRow(const float* p, const float* v,
                  vctp32q(static_cast<uint32_t>(dv - c)));
   }
   for (int32_t j = 0; j < n; ++j) {
-    if (p[j] != 0.0f) Accumulate1(out, v + j * vs, p[j], dv);
+    if (p[j] != 0.0f) Accumulate1<Kv>(out, v + j * vs, p[j], dv);
   }
   for (int32_t c = 0; c < dv; c += 4) {
     const mve_pred16_t t = vctp32q(static_cast<uint32_t>(dv - c));
     vstrwq_p_f32(out + c, vmulq_n_f32(vldrwq_z_f32(out + c, t), scale), t);
+  }
+}
+
+// p[j] *= sc[j * sst] for j < n: the weights of an I8 row times their
+// value rows' scales, once per row rather than once per 16 columns. A zero
+// weight (a hidden key) stays 0 whatever the scale, so that WeightedRow
+// still skips it.
+__attribute__((noinline)) void ScaleByRows(float* p, int32_t n, const float* sc,
+                                           size_t sst) {
+  const uint32x4_t at =
+      vmulq_n_u32(vidupq_n_u32(0, 1), static_cast<uint32_t>(sst));
+  for (int32_t j = 0; j < n; j += 4, p += 4, sc += 4 * sst) {
+    const mve_pred16_t t = vctp32q(static_cast<uint32_t>(n - j));
+    const float32x4_t s = sst == 1
+                              ? vldrwq_z_f32(sc, t)
+                              : vldrwq_gather_shifted_offset_z_f32(sc, at, t);
+    const float32x4_t w = vldrwq_z_f32(p, t);
+    vstrwq_p_f32(p, vmulq_m_f32(w, w, s, vcmpneq_m_n_f32(w, 0.0f, t)), t);
   }
 }
 
@@ -375,18 +553,24 @@ __attribute__((noinline)) void RowExtras(const Problem& p, size_t row,
 struct Head {
   const float* q;     // QueryRow(p, b, h, 0), rows q_st apart
   float* out;         // OutRow(p, b, h, 0), rows out_st apart
-  const float* k;     // KeysOf(p, b, kv head), rows ks apart
-  const float* v;     // ValuesOf(p, b, kv head), rows vs apart
+  const void* k;      // row 0 of K for (b, kv head), rows ks elements apart
+  const void* v;      // row 0 of V for (b, kv head), rows vs elements apart
   const float* bias;  // BiasRow(p, b, h, 0) (rows kv_len apart), or NULL
   size_t q_st, out_st, ks, vs;
+  // I8: the scales of K's and V's row 0, rows ksc_st and vsc_st apart
+  // (set for the other types too, not for F32).
+  const float *ksc, *vsc;
+  size_t ksc_st, vsc_st;
   size_t row0;  // dense index of row 0 (weights, lse)
   int64_t b;
   float factor, slope, sink;  // ScoreFactor, AlibiSlope, RowSink
 };
 
-// Query row i of head `hd` of p.
+// Query row i of head `hd` of p, K and V of element type Kv.
+template <class Kv>
 __attribute__((noinline)) void Row(const Problem& p, const Head& hd, size_t i,
                                    float* scores) {
+  using T = typename Kv::T;
   const int32_t d = static_cast<int32_t>(p.head_dim);
   const int32_t dv = static_cast<int32_t>(p.value_dim);
   const size_t lk = static_cast<size_t>(p.kv_len);
@@ -397,17 +581,27 @@ __attribute__((noinline)) void Row(const Problem& p, const Head& hd, size_t i,
   // key lo on.
   const float* q = hd.q + i * hd.q_st;
   float* out = hd.out + i * hd.out_st;
-  const float* k = hd.k + static_cast<size_t>(lo) * hd.ks;
-  const float* v = hd.v + static_cast<size_t>(lo) * hd.vs;
+  const T* k = static_cast<const T*>(hd.k) + static_cast<size_t>(lo) * hd.ks;
+  const T* v = static_cast<const T*>(hd.v) + static_cast<size_t>(lo) * hd.vs;
   float* s = scores + lo;
   const float* bias = hd.bias != nullptr ? hd.bias + i * lk + lo : nullptr;
   // With softcap the bias comes after it, in Epilogue.
   const bool capped = p.softcap > 0.0f;
   const float* score_bias = capped ? nullptr : bias;
-  float max_score =
-      p.score == QKV_SCORE_GAUSSIAN
-          ? ScoreRow<true>(q, k, n, d, hd.ks, hd.factor, score_bias, s)
-          : ScoreRow<false>(q, k, n, d, hd.ks, hd.factor, score_bias, s);
+  float max_score;
+  if constexpr (Kv::kScaled) {
+    const float* sc = hd.ksc + static_cast<size_t>(lo) * hd.ksc_st;
+    max_score = p.score == QKV_SCORE_GAUSSIAN
+                    ? ScoreRowI8<true>(q, k, n, d, hd.ks, hd.factor, score_bias,
+                                       s, sc, hd.ksc_st)
+                    : ScoreRowI8<false>(q, k, n, d, hd.ks, hd.factor,
+                                        score_bias, s, sc, hd.ksc_st);
+  } else {
+    max_score =
+        p.score == QKV_SCORE_GAUSSIAN
+            ? ScoreRow<true, Kv>(q, k, n, d, hd.ks, hd.factor, score_bias, s)
+            : ScoreRow<false, Kv>(q, k, n, d, hd.ks, hd.factor, score_bias, s);
+  }
   if (capped || hd.slope != 0.0f) {
     const int64_t pos = QueryPos(p, hd.b, static_cast<int64_t>(i));
     max_score = Epilogue(p, hd.slope, pos, lo, capped ? bias : nullptr, n, s);
@@ -420,14 +614,22 @@ __attribute__((noinline)) void Row(const Problem& p, const Head& hd, size_t i,
   const RowFinish f = FinishRow(max_score, sum, hd.sink);
   const bool any = sum > 0.0f;
   if (any) {
-    WeightedRow(s, v, n, dv, hd.vs, f.scale, has_zero, out);
+    if constexpr (Kv::kScaled) {
+      // The weights are the exps before the value rows' scales join them.
+      if (p.weights != nullptr || p.lse != nullptr) {
+        RowExtras(p, hd.row0 + i, scores, lo, n, f);
+      }
+      ScaleByRows(s, n, hd.vsc + static_cast<size_t>(lo) * hd.vsc_st,
+                  hd.vsc_st);
+    }
+    WeightedRow<Kv>(s, v, n, dv, hd.vs, f.scale, has_zero, out);
   } else {
     for (int32_t c = 0; c < dv; c += 4) {
       vstrwq_p_f32(out + c, vdupq_n_f32(0.0f),
                    vctp32q(static_cast<uint32_t>(dv - c)));
     }
   }
-  if (p.weights != nullptr || p.lse != nullptr) {
+  if ((p.weights != nullptr || p.lse != nullptr) && !(Kv::kScaled && any)) {
     RowExtras(p, hd.row0 + i, scores, lo, any ? n : 0, f);
   }
 }
@@ -444,8 +646,19 @@ __attribute__((noinline)) void RunRows(const Problem& p, size_t task,
   hd.b = static_cast<int64_t>(bh / static_cast<size_t>(p.q_heads));
   hd.q = QueryRow(p, hd.b, h, 0);
   hd.out = OutRow(p, hd.b, h, 0);
-  hd.k = KeysOf(p, hd.b, kvh);
-  hd.v = ValuesOf(p, hd.b, kvh);
+  if (kLowPrecisionKv && p.kv_dtype != QKV_DTYPE_F32) {
+    const KvSource keys = KeySource(p, hd.b, kvh);
+    const KvSource values = ValueSource(p, hd.b, kvh);
+    hd.k = keys.base;
+    hd.v = values.base;
+    hd.ksc = keys.scales;
+    hd.vsc = values.scales;
+    hd.ksc_st = static_cast<size_t>(keys.scale_st);
+    hd.vsc_st = static_cast<size_t>(values.scale_st);
+  } else {
+    hd.k = KeysOf(p, hd.b, kvh);
+    hd.v = ValuesOf(p, hd.b, kvh);
+  }
   hd.bias = BiasRow(p, hd.b, h, 0);
   hd.q_st = static_cast<size_t>(p.q_st);
   hd.out_st = static_cast<size_t>(p.out_st);
@@ -457,9 +670,20 @@ __attribute__((noinline)) void RunRows(const Problem& p, size_t task,
   hd.sink = RowSink(p, h);
   const size_t i0 = (task % blocks) * kTaskRows;
   const size_t i1 = i0 + kTaskRows < q_len ? i0 + kTaskRows : q_len;
-  for (size_t i = i0; i < i1; ++i) {
-    Row(p, hd, i, reinterpret_cast<float*>(workspace));
+  float* scores = reinterpret_cast<float*>(workspace);
+  if (kLowPrecisionKv && p.kv_dtype != QKV_DTYPE_F32) {
+    for (size_t i = i0; i < i1; ++i) {
+      if (p.kv_dtype == QKV_DTYPE_F16) {
+        Row<F16Kv>(p, hd, i, scores);
+      } else if (p.kv_dtype == QKV_DTYPE_BF16) {
+        Row<BF16Kv>(p, hd, i, scores);
+      } else {
+        Row<I8Kv>(p, hd, i, scores);
+      }
+    }
+    return;
   }
+  for (size_t i = i0; i < i1; ++i) Row<F32Kv>(p, hd, i, scores);
 }
 
 // Additive scores go to the reference engine's task; both are tail calls, so

@@ -119,6 +119,51 @@ struct HwyOps {
 #endif
   }
 
+  // Lanes() elements of a low-precision K/V row widened to f32, exactly
+  // (the K/V block source, src/pipeline/flash-inl.h); reads exactly
+  // Lanes() elements.
+  // binary16: the conversion instruction where the target has one (F16C on
+  // AVX2 and AVX-512, AArch64 NEON and SVE), else integer operations, as in
+  // semantics.h's F16ToF32 (Highway 1.0.3's emulated PromoteTo turns inf and
+  // NaN into finite values).
+  static HWY_INLINE V LoadF16(const uint16_t* p) {
+#if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_F16C)) || \
+    HWY_ARCH_ARM_A64
+    const hn::Rebind<hwy::float16_t, D> dh;
+    return hn::PromoteTo(D(),
+                         hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+#else
+    const hn::Rebind<uint16_t, D> d16;
+    const hn::RebindToUnsigned<D> du;
+    const hn::RebindToSigned<D> di;
+    const auto h = hn::PromoteTo(du, hn::LoadU(d16, p));
+    const auto exp = hn::And(h, hn::Set(du, 0x7c00u));
+    const auto mag = hn::ShiftLeft<13>(hn::And(h, hn::Set(du, 0x7fffu)));
+    const auto normal = hn::Add(mag, hn::Set(du, 112u << 23));
+    const auto special = hn::Or(mag, hn::Set(du, 0x7f800000u));
+    const auto sub = hn::BitCast(
+        du, hn::Mul(hn::ConvertTo(D(), hn::BitCast(di, hn::And(h, hn::Set(du, 0x3ffu)))),
+                    hn::Set(D(), 5.9604644775390625e-8f)));  // 2^-24
+    const auto bits = hn::IfThenElse(
+        hn::Eq(exp, hn::Zero(du)), sub,
+        hn::IfThenElse(hn::Eq(exp, hn::Set(du, 0x7c00u)), special, normal));
+    const auto sign = hn::ShiftLeft<16>(hn::And(h, hn::Set(du, 0x8000u)));
+    return hn::BitCast(D(), hn::Or(bits, sign));
+#endif
+  }
+  // bfloat16: the f32's upper half.
+  static HWY_INLINE V LoadBF16(const uint16_t* p) {
+    const hn::Rebind<uint16_t, D> d16;
+    const hn::RebindToUnsigned<D> du;
+    return hn::BitCast(D(), hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
+  }
+  // int8: the integer's value (the caller applies the row's scale).
+  static HWY_INLINE V LoadI8(const int8_t* p) {
+    const hn::Rebind<int8_t, D> d8;
+    const hn::RebindToSigned<D> di;
+    return hn::ConvertTo(D(), hn::PromoteTo(di, hn::LoadU(d8, p)));
+  }
+
   // Lane i = base[i * stride].
   static HWY_INLINE V GatherStrided(const float* base, int32_t stride) {
     const hn::RebindToSigned<D> di;

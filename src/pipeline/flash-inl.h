@@ -201,6 +201,64 @@ struct Flash {
     }
   }
 
+  // ------------------------------------------------ K/V block source
+  // Rows [j0, j0 + nb) of a low-precision K or V dequantized into dst, n
+  // floats each, dense: F16 and BF16 widened exactly, I8 times its row's
+  // scale (one f32 rounding), as semantics.h's KvElement.
+  template <int kType>
+  static void DequantizeRowsOf(const KvSource& s, int64_t j0, int64_t nb,
+                               int64_t n, float* __restrict dst) {
+    const int64_t N = static_cast<int64_t>(O::Lanes());
+    for (int64_t j = 0; j < nb; ++j) {
+      const unsigned char* row = s.base + (j0 + j) * s.row_bytes;
+      float* __restrict d = dst + j * n;
+      int64_t c = 0;
+      if (kType == QKV_DTYPE_F16) {
+        const uint16_t* h = reinterpret_cast<const uint16_t*>(row);
+        for (; c + N <= n; c += N) O::StoreU(O::LoadF16(h + c), d + c);
+      } else if (kType == QKV_DTYPE_BF16) {
+        const uint16_t* h = reinterpret_cast<const uint16_t*>(row);
+        for (; c + N <= n; c += N) O::StoreU(O::LoadBF16(h + c), d + c);
+      } else {
+        const int8_t* q = reinterpret_cast<const int8_t*>(row);
+        const V scale = O::Set(s.scales[(j0 + j) * s.scale_st]);
+        for (; c + N <= n; c += N) {
+          O::StoreU(O::Mul(O::LoadI8(q + c), scale), d + c);
+        }
+      }
+      for (; c < n; ++c) d[c] = KvElement(s, j0 + j, c);
+    }
+  }
+
+  static void DequantizeRows(const KvSource& s, int64_t j0, int64_t nb,
+                             int64_t n, float* __restrict dst) {
+    switch (s.dtype) {
+      case QKV_DTYPE_F16:
+        return DequantizeRowsOf<QKV_DTYPE_F16>(s, j0, nb, n, dst);
+      case QKV_DTYPE_BF16:
+        return DequantizeRowsOf<QKV_DTYPE_BF16>(s, j0, nb, n, dst);
+      default:
+        return DequantizeRowsOf<QKV_DTYPE_I8>(s, j0, nb, n, dst);
+    }
+  }
+
+  // Key rows [j0, j0 + nb) as the score kernels read them (op.k_st apart):
+  // in place, or dequantized into kblk.
+  static const float* KeyBlock(const Operands& op, int64_t j0, int64_t nb,
+                               float* kblk) {
+    if (!op.convert_k) return op.k + j0 * op.k_st;
+    DequantizeRows(op.ksrc, j0, nb, op.dim, kblk);
+    return kblk;
+  }
+
+  // Value rows [j0, j0 + nb) (op.v_st apart), in place or into vblk.
+  static const float* ValueBlock(const Operands& op, int64_t dv, int64_t j0,
+                                 int64_t nb, float* vblk) {
+    if (!op.convert_v) return op.v + j0 * op.v_st;
+    DequantizeRows(op.vsrc, j0, nb, dv, vblk);
+    return vblk;
+  }
+
   // The score kind, chosen once per block.
   template <int RV>
   static QKV_FLASH_INLINE void Scores(const Operands& op, const float* w_v,
@@ -711,7 +769,8 @@ struct Flash {
     BlockPrefetch pf(prefetch, op, dv, j0, nb, span.end, nb / O::kUnroll,
                      dv / O::kUnroll);
     float* st = tile.st;
-    Scores<RV>(op, p.w_v, tile.qt, R, op.k + j0 * op.k_st, nb, st, &pf.v);
+    Scores<RV>(op, p.w_v, tile.qt, R, KeyBlock(op, j0, nb, tile.kblk), nb, st,
+               &pf.v);
     const bool masks = span.Masks(j0, nb);
     Epilogue<RV>(tile, rows, R, j0, nb, terms, masks, st);
     if (p.weights != nullptr) {  // raw masked scores; normalized at the end
@@ -723,7 +782,7 @@ struct Flash {
     V alpha0, alpha1 = O::Zero();
     SoftmaxBlock<RV>(st, R, nb, m0, l0, &alpha0, m1, l1, &alpha1);
     if (RV == 1) alpha1 = alpha0;
-    const float* v = op.v + j0 * op.v_st;
+    const float* v = ValueBlock(op, dv, j0, nb, tile.vblk);
     if (masks || terms.bias) {
       AccumulateOutput<RV, true>(st, R, v, dv, op.v_st, nb, alpha0, alpha1,
                                  tile.ot, &pf.k);
@@ -1008,6 +1067,165 @@ struct Flash {
     }
   }
 
+  // ------------------------------------- fused low-precision row path
+  // A single decoding row (the memory-bound case) reads F16, BF16 and I8
+  // keys and values converting in registers, instead of dequantizing each
+  // block into the workspace and reading it back: the element types'
+  // loads, and their scalar decoding for the tails. I8 rows are read
+  // unscaled; the row's scale multiplies its finished score (keys) or its
+  // probability (values).
+  struct F16Rows {
+    using T = uint16_t;
+    static QKV_FLASH_INLINE V Load(const T* p) { return O::LoadF16(p); }
+    static float At(const T* p, int64_t c) { return F16ToF32(p[c]); }
+  };
+  struct BF16Rows {
+    using T = uint16_t;
+    static QKV_FLASH_INLINE V Load(const T* p) { return O::LoadBF16(p); }
+    static float At(const T* p, int64_t c) { return BF16ToF32(p[c]); }
+  };
+  struct I8Rows {
+    using T = int8_t;
+    static QKV_FLASH_INLINE V Load(const T* p) { return O::LoadI8(p); }
+    static float At(const T* p, int64_t c) { return static_cast<float>(p[c]); }
+  };
+
+  // Dot scores of one row with keys [j0, j0 + nb) of src (kDot: finish 1,
+  // the scale is in q; kDotScaled: finish = scale).
+  template <class E>
+  __attribute__((noinline)) static void RowDotScoresOf(
+      const float* __restrict q, const KvSource& src, int64_t j0, int64_t d,
+      int64_t nb, float finish, float* __restrict st, BlockPrefetch* pf) {
+    using T = typename E::T;
+    const int64_t N = static_cast<int64_t>(O::Lanes());
+    const int64_t d_full = d - d % N;
+    const int64_t ks = src.row_bytes / static_cast<int64_t>(sizeof(T));
+    const T* k = reinterpret_cast<const T*>(src.base) + j0 * ks;
+    auto tail = [&](const T* kr) {
+      float s = 0.0f;
+      for (int64_t t = d_full; t < d; ++t) s += q[t] * E::At(kr, t);
+      return s;
+    };
+    int64_t j = 0;
+    for (; j + 4 <= nb; j += 4) {
+      if (pf != nullptr) {
+        pf->v.Step();
+        pf->k.Step();
+      }
+      const T* k0 = k + j * ks;
+      const T* k1 = k0 + ks;
+      const T* k2 = k1 + ks;
+      const T* k3 = k2 + ks;
+      V a0 = O::Zero(), a1 = O::Zero(), a2 = O::Zero(), a3 = O::Zero();
+      for (int64_t t = 0; t < d_full; t += N) {
+        const V qv = O::LoadU(q + t);
+        a0 = O::MulAdd(qv, E::Load(k0 + t), a0);
+        a1 = O::MulAdd(qv, E::Load(k1 + t), a1);
+        a2 = O::MulAdd(qv, E::Load(k2 + t), a2);
+        a3 = O::MulAdd(qv, E::Load(k3 + t), a3);
+      }
+      st[j + 0] = (O::ReduceSum(a0) + tail(k0)) * finish;
+      st[j + 1] = (O::ReduceSum(a1) + tail(k1)) * finish;
+      st[j + 2] = (O::ReduceSum(a2) + tail(k2)) * finish;
+      st[j + 3] = (O::ReduceSum(a3) + tail(k3)) * finish;
+    }
+    for (; j < nb; ++j) {
+      const T* k0 = k + j * ks;
+      V a0 = O::Zero();
+      for (int64_t t = 0; t < d_full; t += N) {
+        a0 = O::MulAdd(O::LoadU(q + t), E::Load(k0 + t), a0);
+      }
+      st[j] = (O::ReduceSum(a0) + tail(k0)) * finish;
+    }
+    if (src.dtype == QKV_DTYPE_I8) {
+      const float* sc = src.scales + j0 * src.scale_st;
+      for (j = 0; j < nb; ++j) st[j] *= sc[j * src.scale_st];
+    }
+  }
+
+  static void RowDotScoresLowPrecision(const float* q, const KvSource& src,
+                                       int64_t j0, int64_t d, int64_t nb,
+                                       float finish, float* st,
+                                       BlockPrefetch* pf) {
+    switch (src.dtype) {
+      case QKV_DTYPE_F16:
+        return RowDotScoresOf<F16Rows>(q, src, j0, d, nb, finish, st, pf);
+      case QKV_DTYPE_BF16:
+        return RowDotScoresOf<BF16Rows>(q, src, j0, d, nb, finish, st, pf);
+      default:
+        return RowDotScoresOf<I8Rows>(q, src, j0, d, nb, finish, st, pf);
+    }
+  }
+
+  // o[c] = o[c] * alpha + sum_j pr[j] v_j[c] for value rows [j0, j0 + nb)
+  // of src, U vectors of columns from column c0.
+  template <class E, int U>
+  __attribute__((noinline)) static void RowOutputColumnsOf(
+      const float* __restrict pr, const typename E::T* __restrict v,
+      int64_t vs, int64_t nb, float alpha, float* __restrict o) {
+    const size_t N = O::Lanes();
+    const V va = O::Set(alpha);
+#define QKV_DECL(u) \
+  V o##u = O::Zero(); \
+  if (u < U) o##u = O::Mul(O::LoadU(o + u * N), va);
+    QKV_UNROLL8(QKV_DECL)
+#undef QKV_DECL
+    for (int64_t j = 0; j < nb; ++j) {
+      if (pr[j] == 0.0f) continue;  // a hidden key's value is never read
+      const V b = O::Set(pr[j]);
+      const typename E::T* __restrict vj = v + j * vs;
+#define QKV_STEP(u) \
+  if (u < U) o##u = O::MulAdd(b, E::Load(vj + u * N), o##u);
+      QKV_UNROLL8(QKV_STEP)
+#undef QKV_STEP
+    }
+#define QKV_STORE(u) \
+  if (u < U) O::StoreU(o##u, o + u * N);
+    QKV_UNROLL8(QKV_STORE)
+#undef QKV_STORE
+  }
+
+  template <class E>
+  static void RowOutputOf(float* __restrict pr, const KvSource& src,
+                          int64_t j0, int64_t dv, int64_t nb, float alpha,
+                          float* __restrict o) {
+    using T = typename E::T;
+    const int64_t N = static_cast<int64_t>(O::Lanes());
+    const int64_t vs = src.row_bytes / static_cast<int64_t>(sizeof(T));
+    const T* v = reinterpret_cast<const T*>(src.base) + j0 * vs;
+    if (src.dtype == QKV_DTYPE_I8) {  // the rows' scales into the weights
+      const float* sc = src.scales + j0 * src.scale_st;
+      for (int64_t j = 0; j < nb; ++j) pr[j] *= sc[j * src.scale_st];
+    }
+    int64_t c = 0;
+    for (; c + 8 * N <= dv; c += 8 * N) {
+      RowOutputColumnsOf<E, 8>(pr, v + c, vs, nb, alpha, o + c);
+    }
+    for (; c + N <= dv; c += N) {
+      RowOutputColumnsOf<E, 1>(pr, v + c, vs, nb, alpha, o + c);
+    }
+    for (; c < dv; ++c) {
+      float acc = o[c] * alpha;
+      for (int64_t j = 0; j < nb; ++j) {
+        if (pr[j] != 0.0f) acc += pr[j] * E::At(v + j * vs, c);
+      }
+      o[c] = acc;
+    }
+  }
+
+  static void RowOutputLowPrecision(float* pr, const KvSource& src,
+                                    int64_t j0, int64_t dv, int64_t nb,
+                                    float alpha, float* o) {
+    switch (src.dtype) {
+      case QKV_DTYPE_F16:
+        return RowOutputOf<F16Rows>(pr, src, j0, dv, nb, alpha, o);
+      case QKV_DTYPE_BF16:
+        return RowOutputOf<BF16Rows>(pr, src, j0, dv, nb, alpha, o);
+      default:
+        return RowOutputOf<I8Rows>(pr, src, j0, dv, nb, alpha, o);
+    }
+  }
+
   // Scores of one row for keys [j, j + nb), the kind chosen once.
   static void RowScoresFor(const Problem& p, const Operands& op,
                            const float* q, const float* k, int64_t nb,
@@ -1036,25 +1254,39 @@ struct Flash {
     const int64_t start =
         span.begin > task.key_begin ? span.begin : task.key_begin;
     const int64_t stop = span.end < task.key_end ? span.end : task.key_end;
-    const float* k = op.k;
-    const float* v = op.v;
     const int64_t ks = op.k_st, vs = op.v_st;
     float* st = tile.s_row;
     const bool prefetch = PrefetchesKv(p);
+    const bool fused_v = op.convert_v && rows == 1;
+    const bool fused_k =
+        fused_v && op.convert_k && (op.kind == kDot || op.kind == kDotScaled);
     const bool epilogue = p.softcap > 0.0f || p.alibi_slopes != nullptr;
     for (int64_t j0 = start; j0 < stop; j0 += kBlockKeys) {
       // The first row's scores prefetch this block's V and the next K.
       const int64_t nb_all = j0 + kBlockKeys < stop ? kBlockKeys : stop - j0;
       BlockPrefetch pf(prefetch, op, dv, j0, nb_all, stop, nb_all / 4,
                        nb_all / 4);
+      // The block's keys and values, read once for all rows (low-precision
+      // ones dequantized here): row j at k + (j - j0) * ks. Values are
+      // converted after the first row's scores, which prefetch them.
+      // A single row reads low-precision dot-score keys and values fused
+      // (fused_k, fused_v); several rows share one dequantized block.
+      const float* k =
+          fused_k ? nullptr : KeyBlock(op, j0, nb_all, tile.kblk);
+      const float* v = nullptr;
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t lo = tile.lo[r] > j0 ? tile.lo[r] : j0;
         int64_t hi = j0 + nb_all < tile.hi[r] ? j0 + nb_all : tile.hi[r];
         hi = hi < task.key_end ? hi : task.key_end;
         const int64_t nb = hi - lo;
         if (nb <= 0) continue;
-        RowScoresFor(p, op, tile.q_rows + r * d, k + lo * ks, nb, st,
-                     r == 0 ? &pf : nullptr);
+        if (fused_k) {
+          RowDotScoresLowPrecision(tile.q_rows + r * d, op.ksrc, lo, d, nb,
+                                   op.finish, st, r == 0 ? &pf : nullptr);
+        } else {
+          RowScoresFor(p, op, tile.q_rows + r * d, k + (lo - j0) * ks, nb, st,
+                       r == 0 ? &pf : nullptr);
+        }
         if (epilogue) {
           RowEpilogue(p, tile, r, lo, nb, st);
         } else if (tile.bias[r] != nullptr) {
@@ -1064,7 +1296,14 @@ struct Flash {
           memcpy(p.weights + tile.row[r] * lk + lo, st, nb * sizeof(float));
         }
         const float alpha = RowSoftmaxBlock(st, nb, &tile.m[r], &tile.sum[r]);
-        RowOutput(st, v + lo * vs, dv, vs, nb, alpha, tile.o_rows + r * dv);
+        if (fused_v) {
+          RowOutputLowPrecision(st, op.vsrc, lo, dv, nb, alpha,
+                                tile.o_rows + r * dv);
+          continue;
+        }
+        if (v == nullptr) v = ValueBlock(op, dv, j0, nb_all, tile.vblk);
+        RowOutput(st, v + (lo - j0) * vs, dv, vs, nb, alpha,
+                  tile.o_rows + r * dv);
       }
     }
     if (KeySplits(p) > 1 && !MergeSplits(p, task, shared, tile)) return;
@@ -1115,11 +1354,25 @@ struct Flash {
     // garbage: they are masked below, and a 0 keeps every lane's arithmetic
     // finite.
     const int32_t count = static_cast<int32_t>(lk);
+    const float* k = op.k;
+    const float* v = op.v;
+    if (op.convert_k) {  // low precision: dequantized first (a few rows)
+      for (int64_t j = 0; j < lk; ++j) {
+        DequantizeRow(op.ksrc, j, d, tile.kblk + j * d);
+      }
+      k = tile.kblk;
+    }
+    if (op.convert_v) {
+      for (int64_t j = 0; j < lk; ++j) {
+        DequantizeRow(op.vsrc, j, dv, tile.vblk + j * dv);
+      }
+      v = tile.vblk;
+    }
     for (int64_t t = 0; t < d; ++t) {
-      TransposeRows(op.k + t, op.k_st, count, tile.kt + t * N);
+      TransposeRows(k + t, op.k_st, count, tile.kt + t * N);
     }
     for (int64_t c = 0; c < dv; ++c) {
-      TransposeRows(op.v + c, op.v_st, count, tile.vt + c * N);
+      TransposeRows(v + c, op.v_st, count, tile.vt + c * N);
     }
     const float softcap = p.softcap;
     const V key = O::Load(kLaneIndex);
@@ -1258,12 +1511,24 @@ struct Flash {
     const int64_t d = p.head_dim, hidden = p.additive_hidden;
     float* keys = reinterpret_cast<float*>(shared);
     float* queries = reinterpret_cast<float*>(shared + ProjectedKeysBytes(p));
+    float* key_row = reinterpret_cast<float*>(
+        shared + ProjectedKeysBytes(p) + ProjectedQueriesBytes(p));
     for (int64_t b = 0; b < p.batch; ++b) {
       for (int64_t kvh = 0; kvh < p.kv_heads; ++kvh) {
-        const float* k = KeysOf(p, b, kvh);
+        if (p.kv_dtype == QKV_DTYPE_F32) {
+          const float* k = KeysOf(p, b, kvh);
+          for (int64_t j = 0; j < p.kv_len; ++j) {
+            RowScores<kDot>(k + j * p.k_st, p.w_k, d, d, hidden, 1.0f,
+                            nullptr, keys);
+            keys += hidden;
+          }
+          continue;
+        }
+        // Low precision: each key row dequantized, then projected.
+        const KvSource src = KeySource(p, b, kvh);
         for (int64_t j = 0; j < p.kv_len; ++j) {
-          RowScores<kDot>(k + j * p.k_st, p.w_k, d, d, hidden, 1.0f, nullptr,
-                          keys);
+          DequantizeRows(src, j, 1, d, key_row);
+          RowScores<kDot>(key_row, p.w_k, d, d, hidden, 1.0f, nullptr, keys);
           keys += hidden;
         }
       }

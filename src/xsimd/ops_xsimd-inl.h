@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <type_traits>
 
@@ -135,6 +136,103 @@ struct XsimdOps {
   // xsimd::tanh (from Boost.SIMD: a polynomial for |x| < 5/8,
   // 1 - 2 / (1 + exp(2|x|)) beyond).
   static V Tanh(const V& x) { return xsimd::tanh(x); }
+
+  // Lanes() elements of a low-precision K/V row widened to f32, exactly
+  // (the K/V block source, src/pipeline/flash-inl.h); reads exactly
+  // Lanes() elements. xsimd 8.1 has no widening loads (its converting
+  // load_as goes through a scalar loop): they are the architecture's
+  // intrinsics here, the rest xsimd integer operations.
+  static VI WidenU16(const uint16_t* p) {
+#if defined(__AVX512F__)
+    if constexpr (kAvx512) {
+      return VI(_mm512_cvtepu16_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+    }
+#endif
+#if defined(__AVX2__)
+    if constexpr (std::is_same<A, xsimd::fma3<xsimd::avx2>>::value ||
+                  std::is_same<A, xsimd::avx2>::value) {
+      return VI(_mm256_cvtepu16_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+    }
+#endif
+#if defined(__SSE4_1__)
+    if constexpr (std::is_same<A, xsimd::sse4_2>::value) {
+      return VI(_mm_cvtepu16_epi32(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+    }
+#endif
+#if defined(__ARM_NEON) || defined(__ARM_NEON__)
+    if constexpr (V::size == 4) {
+      return VI(vreinterpretq_s32_u32(vmovl_u16(vld1_u16(p))));
+    }
+#endif
+    alignas(64) int32_t lanes[V::size];
+    for (size_t i = 0; i < V::size; ++i) lanes[i] = p[i];
+    return VI::load_aligned(lanes);
+  }
+
+  static VI WidenI8(const int8_t* p) {
+#if defined(__AVX512F__)
+    if constexpr (kAvx512) {
+      return VI(_mm512_cvtepi8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+    }
+#endif
+#if defined(__AVX2__)
+    if constexpr (std::is_same<A, xsimd::fma3<xsimd::avx2>>::value ||
+                  std::is_same<A, xsimd::avx2>::value) {
+      return VI(_mm256_cvtepi8_epi32(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+    }
+#endif
+#if defined(__SSE4_1__)
+    if constexpr (std::is_same<A, xsimd::sse4_2>::value) {
+      int32_t w;
+      memcpy(&w, p, 4);
+      return VI(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(w)));
+    }
+#endif
+#if defined(__ARM_NEON) || defined(__ARM_NEON__)
+    if constexpr (V::size == 4) {
+      int32_t w;
+      memcpy(&w, p, 4);  // 4 bytes, not vld1_s8's 8
+      const int16x8_t h = vmovl_s8(vreinterpret_s8_s32(vdup_n_s32(w)));
+      return VI(vmovl_s16(vget_low_s16(h)));
+    }
+#endif
+    alignas(64) int32_t lanes[V::size];
+    for (size_t i = 0; i < V::size; ++i) lanes[i] = p[i];
+    return VI::load_aligned(lanes);
+  }
+
+  // binary16: AVX-512F's conversion instruction, elsewhere integer
+  // operations as in semantics.h's F16ToF32 (no subnormal f32 arithmetic,
+  // which ARMv7 NEON flushes).
+  static V LoadF16(const uint16_t* p) {
+#if defined(__AVX512F__)
+    if constexpr (kAvx512) {
+      return V(_mm512_cvtph_ps(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+    }
+#endif
+    const VI h = WidenU16(p);
+    const VI exp = h & VI(0x7c00);
+    const VI mag = (h & VI(0x7fff)) << 13;
+    const VI normal = mag + VI(112 << 23);
+    const VI special = mag | VI(0x7f800000);
+    const VI sub = xsimd::bitwise_cast<VI>(
+        xsimd::to_float(h & VI(0x3ff)) * V(5.9604644775390625e-8f));
+    const VI bits = xsimd::select(
+        exp == VI(0), sub, xsimd::select(exp == VI(0x7c00), special, normal));
+    return xsimd::bitwise_cast<V>(bits | ((h & VI(0x8000)) << 16));
+  }
+  // bfloat16: the f32's upper half.
+  static V LoadBF16(const uint16_t* p) {
+    return xsimd::bitwise_cast<V>(WidenU16(p) << 16);
+  }
+  // int8: the integer's value (the caller applies the row's scale).
+  static V LoadI8(const int8_t* p) { return xsimd::to_float(WidenI8(p)); }
 
   // Lane i = base[i * stride] (kGatherTiles only).
   static V GatherStrided(const float* base, int32_t stride) {

@@ -8,6 +8,8 @@
 // a Cortex-M55), compares with a double-precision oracle written from the
 // spec in include/qkv/qkv.h (independent of the kernels), and checks that the
 // library writes nowhere outside the outputs and the workspace it was given.
+// F16, BF16 and I8 K/V caches are checked against the oracles over their
+// dequantized values, or, in a build without them, that they are refused.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -119,6 +121,21 @@ bool Untouched(const float* buf, int n, bool body) {
   return true;
 }
 
+// What the calls pass as k and v when kv_dtype is not F32 (the typed
+// caches of the low-precision cases below).
+const void* g_k_typed = nullptr;
+const void* g_v_typed = nullptr;
+
+// The call under test on g_q: qkv_attention_f32 on g_k and g_v for F32
+// caches, qkv_attention on the typed caches otherwise.
+qkv_status Attend(const qkv_attention_desc& d, float* out, float* w, float* lse,
+                  void* ws, size_t ws_size) {
+  if (d.kv_dtype == QKV_DTYPE_F32) {
+    return qkv_attention_f32(&d, g_q, g_k, g_v, out, w, lse, ws, ws_size);
+  }
+  return qkv_attention(&d, g_q, g_k_typed, g_v_typed, out, w, lse, ws, ws_size);
+}
+
 // The call in the static buffers with its guards: first with a workspace one
 // byte short (refused, nothing written), then in full (OK, nothing written
 // before or past the workspace or outside an output). n_out, n_w and n_r
@@ -128,15 +145,14 @@ bool CallGuarded(const qkv_attention_desc& d, float* out, float* w,
   Poison(g_out, n_out);
   Poison(g_w, n_w);
   Poison(g_lse, n_r);
-  qkv_status st =
-      qkv_attention_f32(&d, g_q, g_k, g_v, out, w, lse, g_ws + 1, ws - 1);
+  qkv_status st = Attend(d, out, w, lse, g_ws + 1, ws - 1);
   if (st != QKV_ERR_WORKSPACE_TOO_SMALL) Fail("short workspace status", st, 2);
   Check(Untouched(g_out, n_out, true) && Untouched(g_w, n_w, true) &&
             Untouched(g_lse, n_r, true),
         "a refused call wrote an output");
 
   memset(g_ws, 0xA5, sizeof g_ws);
-  st = qkv_attention_f32(&d, g_q, g_k, g_v, out, w, lse, g_ws + 1, ws);
+  st = Attend(d, out, w, lse, g_ws + 1, ws);
   if (st != QKV_OK) {
     Fail("status", st, 0);
     return false;
@@ -329,7 +345,7 @@ void RunCase(const char* name, qkv_attention_desc d) {
       d.kv_len, d.score == QKV_SCORE_ADDITIVE ? d.additive_hidden : 0, 3);
   if (mcu_backend && ws3 != want3) Fail("3-worker workspace != macro", ws3, want3);
   if (ws3 <= sizeof g_ws) {
-    const qkv_status st = qkv_attention_f32(&dp, g_q, g_k, g_v, out2, nullptr, nullptr, g_ws, ws3);
+    const qkv_status st = Attend(dp, out2, nullptr, nullptr, g_ws, ws3);
     Check(st == QKV_OK && memcmp(out, out2, n_out * sizeof(float)) == 0,
           "3 workers in reverse order differ from one");
   }
@@ -807,8 +823,7 @@ void RunVariantCase(const char* name, qkv_attention_desc d) {
     for (int64_t at = 0; at < n_out; ++at) {
       if (addressed[at]) out2[at] = -1.0f;
     }
-    const qkv_status st = qkv_attention_f32(&dp, g_q, g_k, g_v, out2, nullptr, nullptr, g_ws,
-                           ws3);
+    const qkv_status st = Attend(dp, out2, nullptr, nullptr, g_ws, ws3);
     const size_t bytes = static_cast<size_t>(n_out) * sizeof(float);
     Check(st == QKV_OK && memcmp(out, out2, bytes) == 0,
           "3 workers in reverse order differ from one");
@@ -962,6 +977,297 @@ void VariantCases() {
   if (FillVariantInputs(d, 57, 2.0f)) RunVariantCase("all_variants", d);
 }
 
+// ------------------------------------------------ low-precision K and V
+// F16, BF16 and I8 caches (qkv_attention's kv_dtype) on every
+// microcontroller backend. A case's f32 K and V (from its setup, in its
+// layouts) are converted by qkv_quantize_rows into typed caches with the
+// same layouts (strides count elements of the type), and decoded back here,
+// independently of the library, into g_k and g_v: the oracles' exact
+// attention over those dequantized values is what the call must match, with
+// the f32 bounds (the kernels add no error beyond f32 arithmetic). Gaps of
+// the typed layouts hold NaN (F16, BF16) or 127 (I8), gaps of the I8 scale
+// layouts NaN, so a backend that reads one spoils its results.
+// QKV_LOW_PRECISION_KV (tests/mcu/CMakeLists.txt, from the library's option):
+// whether the library serves these types; without them it must refuse
+// them.
+#ifndef QKV_LOW_PRECISION_KV
+#define QKV_LOW_PRECISION_KV 1
+#endif
+
+constexpr int kMaxScales = 256;         // floats of each I8 scale layout
+uint16_t g_k16[kMaxIn], g_v16[kMaxIn];  // F16 or BF16; I8 in their bytes
+float g_k_scales[kMaxScales], g_v_scales[kMaxScales];
+
+// IEEE binary16 and bfloat16 to float, written from their definitions.
+float HalfToFloat(uint16_t h) {
+  const int e = (h >> 10) & 31, m = h & 1023;
+  double mag;
+  if (e == 0) {
+    mag = ldexp(m, -24);  // subnormal (or zero)
+  } else if (e == 31) {
+    mag = m != 0 ? NAN : INFINITY;
+  } else {
+    mag = ldexp(1024 + m, e - 25);
+  }
+  return static_cast<float>((h & 0x8000) ? -mag : mag);
+}
+
+float BFloat16ToFloat(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+const char* DtypeName(qkv_dtype t) {
+  return t == QKV_DTYPE_F16 ? "f16" : t == QKV_DTYPE_BF16 ? "bf16" : "i8";
+}
+
+// The I8 scale layout of one of K or V: {batch, head, token} strides, all 0
+// meaning dense [batch][kv head][token].
+Layout ScaleLayout(const qkv_strides& s, const qkv_attention_desc& d) {
+  return LayoutOf(s, d.kv_heads, d.kv_len, 1);
+}
+
+// Converts the f32 rows of one of K or V (layout l, rows of n) into `type`
+// at `typed`, then decodes every row back into f32 in place. Returns false
+// when qkv_quantize_rows refuses a row or a layout does not fit.
+bool QuantizeRows(const qkv_attention_desc& d, qkv_dtype type, const Layout& l,
+                  const Layout& ls, int64_t n, float* f32, uint16_t* typed,
+                  float* scales) {
+  int8_t* i8 = reinterpret_cast<int8_t*>(typed);
+  if (Extent(ls, d.batch, d.kv_heads, d.kv_len, 1) > kMaxScales) return false;
+  const uint16_t nan16 = type == QKV_DTYPE_F16 ? 0x7E00 : 0x7FC0;
+  for (int i = 0; i < kMaxIn; ++i) typed[i] = nan16;
+  if (type == QKV_DTYPE_I8) memset(i8, 127, kMaxIn * sizeof(uint16_t));
+  for (int i = 0; i < kMaxScales; ++i) scales[i] = NAN;
+  // Every row first (a broadcast layout converts a row more than once, the
+  // last conversion stays), then the decode of what is stored.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int64_t b = 0; b < d.batch; ++b) {
+      for (int64_t h = 0; h < d.kv_heads; ++h) {
+        for (int64_t t = 0; t < d.kv_len; ++t) {
+          const int64_t at = At(l, b, h, t);
+          float* scale =
+              type == QKV_DTYPE_I8 ? scales + At(ls, b, h, t) : nullptr;
+          if (pass == 0) {
+            void* dst = type == QKV_DTYPE_I8 ? static_cast<void*>(i8 + at)
+                                             : static_cast<void*>(typed + at);
+            if (qkv_quantize_rows(type, 1, n, f32 + at, 0, dst, 0, scale) !=
+                QKV_OK) {
+              return false;
+            }
+            continue;
+          }
+          for (int64_t c = 0; c < n; ++c) {
+            if (type == QKV_DTYPE_F16) {
+              f32[at + c] = HalfToFloat(typed[at + c]);
+            } else if (type == QKV_DTYPE_BF16) {
+              f32[at + c] = BFloat16ToFloat(typed[at + c]);
+            } else {
+              f32[at + c] = *scale * static_cast<float>(i8[at + c]);
+            }
+          }
+        }
+      }
+    }
+  }
+  return true;
+}
+
+// Makes d (inputs in g_q, g_k, g_v, laid out as d says) a call on `type`
+// caches: the typed K and V, their scales (I8, in d's scale layouts) and the
+// dequantized values in g_k and g_v for the oracles.
+bool ToLowPrecision(qkv_attention_desc* d, qkv_dtype type) {
+  d->kv_dtype = type;
+  g_k_typed = g_k16;
+  g_v_typed = g_v16;
+  if (type == QKV_DTYPE_I8) {
+    d->k_scales = g_k_scales;
+    d->v_scales = g_v_scales;
+  }
+  const bool ok =
+      QuantizeRows(*d, type, KLayout(*d), ScaleLayout(d->k_scale_strides, *d),
+                   d->head_dim, g_k, g_k16, g_k_scales) &&
+      QuantizeRows(*d, type, VLayout(*d), ScaleLayout(d->v_scale_strides, *d),
+                   d->value_dim, g_v, g_v16, g_v_scales);
+  if (!ok) Check(false, "low-precision inputs do not fit the buffers");
+  return ok;
+}
+
+// Sets row t of (batch b, kv head h) of one of K or V (layout l, rows of n
+// floats) to zeros but `big` at column c.
+void SetRow(float* x, const Layout& l, int64_t b, int64_t h, int64_t t,
+            int64_t n, int64_t c, float big) {
+  for (int64_t i = 0; i < n; ++i) x[At(l, b, h, t) + i] = 0.0f;
+  x[At(l, b, h, t) + c] = big;
+}
+
+// The cases of one type on the current backend.
+void LowPrecisionCases(qkv_dtype type) {
+  static char name[64];
+  static int32_t pos[4], starts[4];
+  static float slopes[4], sinks[4];
+  const char* dt = DtypeName(type);
+  qkv_attention_desc d;
+
+  // GQA 2, causal, head_dim and value_dim off the 4 lanes, K in a
+  // token-major cache of capacity 13 with rows padded to 8, V head-major
+  // with rows padded to 7, scales with gaps.
+  qkv_attention_desc_init(&d, 2, 4, 2, 5, 11, 6, 5);
+  d.mask = QKV_MASK_CAUSAL;
+  d.k_strides.batch = 13 * 2 * 8, d.k_strides.head = 8, d.k_strides.token = 16;
+  d.v_strides.batch = 2 * 11 * 7, d.v_strides.head = 11 * 7,
+  d.v_strides.token = 7;
+  d.k_scale_strides.batch = 48, d.k_scale_strides.head = 1,
+  d.k_scale_strides.token = 4;
+  d.v_scale_strides.batch = 30, d.v_scale_strides.head = 13,
+  d.v_scale_strides.token = 1;
+  snprintf(name, sizeof name, "%s/strided_gqa2_causal", dt);
+  if (FillVariantInputs(d, 60, 1.0f) && ToLowPrecision(&d, type)) {
+    RunVariantCase(name, d);
+  }
+
+  // Decode, head_dim 32 (whole vectors) and value_dim 32 (16-column
+  // blocks), GQA 2, 15 keys (a 3-key tail): a K row with one outlier (the
+  // row's other values keep only a few I8 levels), a V row with one, and
+  // all-zero rows (I8 scale 0); a -inf bias hides keys inside the rows of
+  // heads 1 and 2 (a row with a zero weight adds its values key by key).
+  qkv_attention_desc_init(&d, 1, 4, 2, 1, 15, 32, 32);
+  d.mask = QKV_MASK_CAUSAL | QKV_MASK_BIAS;
+  g_rng = 70;
+  Fill(g_bias, 4 * 15, 0.5f);
+  g_bias[15 + 4] = g_bias[2 * 15 + 11] = -INFINITY;
+  d.bias = g_bias;
+  d.bias_head_stride = 15;
+  if (FillVariantInputs(d, 61, 1.0f)) {
+    const Layout lk = KLayout(d), lv = VLayout(d);
+    g_k[At(lk, 0, 0, 3) + 5] = 40.0f;
+    g_v[At(lv, 0, 1, 7) + 9] = -12.0f;
+    SetRow(g_k, lk, 0, 1, 2, 32, 0, 0.0f);
+    SetRow(g_v, lv, 0, 0, 5, 32, 0, 0.0f);
+    snprintf(name, sizeof name, "%s/decode_d32_outliers", dt);
+    if (ToLowPrecision(&d, type)) RunVariantCase(name, d);
+  }
+
+  // Every variant at once, strided (the F32 all_variants case): window,
+  // kv_start, causal, a bias with -inf (a hidden key inside the row's
+  // interval), ALiBi, sinks, softcap.
+  qkv_attention_desc_init(&d, 2, 4, 2, 5, 12, 6, 5);
+  d.mask =
+      QKV_MASK_WINDOW | QKV_MASK_KV_START | QKV_MASK_CAUSAL | QKV_MASK_BIAS;
+  d.window_left = 5, d.window_right = 1;
+  starts[0] = 2, starts[1] = 0;
+  d.kv_start = starts;
+  pos[0] = 6, pos[1] = 3;
+  d.q_pos = pos;
+  g_rng = 62;
+  Fill(g_bias, 4 * 5 * 12, 1.0f);
+  g_bias[7] = -INFINITY;
+  d.bias = g_bias;
+  d.bias_batch_stride = 0, d.bias_head_stride = 5 * 12;
+  slopes[0] = 0.125f, slopes[1] = 0.0f, slopes[2] = 0.5f, slopes[3] = 0.03f;
+  d.alibi_slopes = slopes;
+  sinks[0] = 1.0f, sinks[1] = -INFINITY, sinks[2] = -2.0f, sinks[3] = 0.0f;
+  d.sinks = sinks;
+  d.softcap = 5.0f;
+  d.k_strides.batch = 12 * 2 * 8, d.k_strides.head = 8, d.k_strides.token = 16;
+  d.v_strides.batch = 12 * 2 * 5, d.v_strides.head = 12 * 5,
+  d.v_strides.token = 5;
+  d.out_strides.batch = 5 * 4 * 6, d.out_strides.head = 6,
+  d.out_strides.token = 24;
+  snprintf(name, sizeof name, "%s/all_variants", dt);
+  if (FillVariantInputs(d, 63, 2.0f) && ToLowPrecision(&d, type)) {
+    RunVariantCase(name, d);
+  }
+
+  // Gaussian scores with softcap and causal, K rows padded to 8.
+  qkv_attention_desc_init(&d, 1, 2, 1, 6, 9, 5, 3);
+  d.score = QKV_SCORE_GAUSSIAN;
+  d.scale = 0.5f;
+  d.softcap = 1.5f;
+  d.mask = QKV_MASK_CAUSAL;
+  d.k_strides.batch = 9 * 8, d.k_strides.head = 9 * 8, d.k_strides.token = 8;
+  snprintf(name, sizeof name, "%s/gaussian_softcap", dt);
+  if (FillVariantInputs(d, 64, 1.0f) && ToLowPrecision(&d, type)) {
+    RunVariantCase(name, d);
+  }
+
+  // One cache (and one set of scales) for the whole batch, 17 columns of V
+  // (a 16-column block and a tail).
+  qkv_attention_desc_init(&d, 3, 2, 1, 2, 12, 4, 17);
+  d.k_strides.batch = 0, d.k_strides.head = 0, d.k_strides.token = 4;
+  d.v_strides.batch = 0, d.v_strides.head = 0, d.v_strides.token = 20;
+  d.k_scale_strides.token = d.v_scale_strides.token = 1;
+  snprintf(name, sizeof name, "%s/broadcast_dv17", dt);
+  if (FillVariantInputs(d, 65, 1.0f) && ToLowPrecision(&d, type)) {
+    RunVariantCase(name, d);
+  }
+
+  // Values around F16's subnormal range (below 2^-14 = 6.1e-5): K within
+  // 1e-4 (a large scale makes its products the scores), V within 5e-5
+  // (the out bound, 5e-5 * max|v|, is then far below the values, so a
+  // flushed subnormal shows).
+  qkv_attention_desc_init(&d, 1, 2, 1, 4, 10, 8, 4);
+  d.scale = 2e4f;
+  if (FillVariantInputs(d, 66, 1.0f)) {
+    for (int i = 0; i < kMaxIn; ++i) g_k[i] *= 1e-4f, g_v[i] *= 5e-5f;
+    snprintf(name, sizeof name, "%s/subnormal_f16_range", dt);
+    if (ToLowPrecision(&d, type)) RunVariantCase(name, d);
+  }
+
+  // Additive scores (dense; the Helium backend hands them to the
+  // reference task), against the first oracle.
+  d = Desc(1, 2, 2, 4, 6, 6, 4, 67);
+  d.score = QKV_SCORE_ADDITIVE;
+  d.additive_hidden = 5;
+  g_rng = 68;
+  Fill(g_wq, 5 * 6, 1.0f);
+  Fill(g_wk, 5 * 6, 1.0f);
+  Fill(g_wv, 5, 1.0f);
+  d.additive_w_q = g_wq;
+  d.additive_w_k = g_wk;
+  d.additive_w_v = g_wv;
+  d.mask = QKV_MASK_CAUSAL;
+  snprintf(name, sizeof name, "%s/additive_causal", dt);
+  if (ToLowPrecision(&d, type)) RunCase(name, d);
+}
+
+// Refusals: I8 without scales is invalid, and so is any type but F32 at
+// qkv_attention_f32; a build without the types (QKV_LOW_PRECISION_KV=0)
+// refuses each as unsupported. Nothing is written.
+void LowPrecisionRefusals(bool served) {
+  qkv_attention_desc d = Desc(1, 2, 1, 4, 5, 4, 4, 69);
+  d.backend = g_backend;
+  g_k_typed = g_k16;
+  g_v_typed = g_v16;
+  memset(g_k16, 0, sizeof g_k16);
+  memset(g_v16, 0, sizeof g_v16);
+  const size_t ws = qkv_attention_workspace_size(&d);
+  float* out = g_out + kGuard;
+  for (int t = QKV_DTYPE_F16; t <= QKV_DTYPE_I8; ++t) {
+    d.kv_dtype = static_cast<qkv_dtype>(t);
+    d.k_scales = d.v_scales = nullptr;
+    g_case = DtypeName(d.kv_dtype);
+    Poison(g_out, 4 * 2 * 4);
+    if (t == QKV_DTYPE_I8) {
+      Check(Attend(d, out, nullptr, nullptr, g_ws, ws) ==
+                QKV_ERR_INVALID_ARGUMENT,
+            "I8 without scales: invalid");
+      d.k_scales = d.v_scales = g_k_scales;
+      for (int i = 0; i < 5; ++i) g_k_scales[i] = 1.0f;
+    }
+    if (!served) {
+      Check(Attend(d, out, nullptr, nullptr, g_ws, ws) == QKV_ERR_UNSUPPORTED,
+            "a type the build leaves out: unsupported");
+    }
+    Check(qkv_attention_f32(&d, g_q, g_k, g_v, out, nullptr, nullptr, g_ws,
+                            ws) == QKV_ERR_INVALID_ARGUMENT,
+          "qkv_attention_f32 with another type: invalid");
+    Check(Untouched(g_out, 4 * 2 * 4, true), "a refused call wrote out");
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -1002,6 +1308,24 @@ int main() {
     VariantCases();
     printf("%s: variant cases %s\n", g_backend,
            g_failures == before ? "passed" : "FAILED");
+  }
+  for (size_t i = 0; i < qkv_backend_count(); ++i) {
+    g_backend = qkv_backend_name(i);
+    if (strcmp(g_backend, "reference") != 0 &&
+        strcmp(g_backend, "helium") != 0) {
+      continue;
+    }
+    const int before = g_failures;
+    LowPrecisionRefusals(QKV_LOW_PRECISION_KV != 0);
+    if (QKV_LOW_PRECISION_KV) {
+      LowPrecisionCases(QKV_DTYPE_F16);
+      LowPrecisionCases(QKV_DTYPE_BF16);
+      LowPrecisionCases(QKV_DTYPE_I8);
+    }
+    const char* verdict = g_failures != before  ? "FAILED"
+                          : QKV_LOW_PRECISION_KV ? "passed"
+                                                 : "refused (not built)";
+    printf("%s: F16, BF16 and I8 K/V cases %s\n", g_backend, verdict);
   }
   g_backend = "reference";
   BadInputCases();  // validation is the boundary's, the same for every backend

@@ -4,6 +4,7 @@
     q = np.random.rand(2, 8, 16, 64).astype(np.float32)    # [B, H, Lq, D]
     k = v = np.random.rand(2, 2, 16, 64).astype(np.float32) # [B, Hkv, Lk, D]
     out, w = qkv.attention(q, k, v, causal=True, return_weights=True)
+    out8 = qkv.attention(q, k, v, causal=True, kv_dtype="int8")  # an int8 K/V cache
     qkv.show_heatmaps(w[:, :2], xlabel="Keys", ylabel="Queries", path="w.png")
 
 No compiled extension: the package loads the shared library (libqkv.so.0)
@@ -57,7 +58,11 @@ QKV_ERR_UNSUPPORTED = 3
 _SCORES = {"dot": 0, "gaussian": 1, "additive": 2}
 _MASK_CAUSAL, _MASK_VALID_LENS, _MASK_BIAS = 1, 2, 4
 _MASK_WINDOW, _MASK_KV_START = 8, 16
-QKV_DTYPE_F32 = 0
+QKV_DTYPE_F32, QKV_DTYPE_F16, QKV_DTYPE_BF16, QKV_DTYPE_I8 = 0, 1, 2, 3
+# kv_dtype names: (qkv_dtype, numpy dtype of the stored elements); bf16 is
+# stored as np.uint16 holding the bfloat16 bits.
+_QUANTIZED = {"f32": (QKV_DTYPE_F32, np.float32), "f16": (QKV_DTYPE_F16, np.float16),
+              "bf16": (QKV_DTYPE_BF16, np.uint16), "int8": (QKV_DTYPE_I8, np.int8)}
 
 
 # --------------------------------------------------------------------------
@@ -503,10 +508,47 @@ def _explain(args):
     return message.value.decode(errors="replace")
 
 
+def _kv_operand(name, a, scales, kv_dtype):
+    """k or v for a low-precision kv_dtype: (array of its elements, scales).
+
+    An array of the stored type (np.float16 for "f16", np.uint16 bits for
+    "bf16", np.int8 with its scales for "int8") is used as it is, views
+    included; a float array is quantized with qkv_quantize_rows. The
+    shapes are checked already; scales is None unless kv_dtype is "int8".
+    """
+    storage = _QUANTIZED[kv_dtype][1]
+    if a.dtype == storage:
+        if kv_dtype != "int8":
+            return a, None
+        if scales is None:
+            raise ValueError('%s is int8 with kv_dtype="int8": pass %s_scales, the float '
+                             "scale of each row (%s's shape without the last dim, %s), or "
+                             "a float %s to have it quantized"
+                             % (name, name, name, list(a.shape[:-1]), name))
+        s = _real(name + "_scales", scales)
+        if s.shape != a.shape[:-1]:
+            raise ValueError("%s_scales is %s but %s is %s: one scale per row, %s's shape "
+                             "without the last dim, %s" % (name, list(s.shape), name,
+                                                            list(a.shape), name,
+                                                            list(a.shape[:-1])))
+        return a, (s if s.dtype == np.float32 else np.ascontiguousarray(s, dtype=np.float32))
+    if a.dtype.kind != "f":
+        raise TypeError("with kv_dtype=%r, %s must be %s (already quantized) or a float "
+                        "array (quantized here), got dtype %s"
+                        % (kv_dtype, name, {"f16": "float16", "bf16": "uint16 (bfloat16 bits)",
+                                            "int8": "int8"}[kv_dtype], a.dtype))
+    if scales is not None:
+        raise ValueError('%s_scales given with a float %s (dtype %s): scales go with an int8 '
+                         "%s; a float one is quantized here and gets its own"
+                         % (name, name, a.dtype, name))
+    return _quantize(np.ascontiguousarray(a, dtype=np.float32), kv_dtype,
+                     '%s holds a non-finite value: kv_dtype="int8" needs finite values' % name)
+
+
 def attention(q, k, v, *, scale=None, causal=False, valid_lens=None, bias=None,
               score="dot", additive=None, window=None, alibi_slopes=None, softcap=None,
-              sinks=None, q_pos=None, kv_start=None, out=None, return_weights=False,
-              return_lse=False, backend=None):
+              sinks=None, q_pos=None, kv_start=None, kv_dtype=None, k_scales=None,
+              v_scales=None, out=None, return_weights=False, return_lse=False, backend=None):
     """softmax(a(q, k) + mask) v with libqkv (qkv_attention).
 
     q: [Lq, D], [H, Lq, D] or [B, H, Lq, D]; k: the same rank with Hkv kv
@@ -526,6 +568,22 @@ def attention(q, k, v, *, scale=None, causal=False, valid_lens=None, bias=None,
     out, weights and lse are float64 but computed in float32: the inputs
     are converted, the accuracy is float32's. Other real dtypes are
     converted to float32 and give float32 results.
+
+    Low-precision K/V caches: kv_dtype "f16", "bf16" or "int8" (None or
+    "f32": float32) has the library read k and v in that element type; q,
+    out, weights and lse stay float32. Each of k and v is either a float
+    array, quantized here with qkv.quantize_rows (int8: one scale per row),
+    or an array already in the stored type, read where it lies (any view
+    as for float32 above, strides in its own elements): np.float16 for
+    "f16", np.uint16 holding the bfloat16 bits for "bf16", np.int8 for
+    "int8" with k_scales and v_scales, float [..., Lk] (k's and v's shapes
+    without the last dim): element = scale * int8 value. Scale views are
+    read in place too (cache_scales[:, :Lk].transpose(0, 2, 1) for the
+    scales of a token-major cache [B, capacity, Hkv]). Quantizing here or
+    passing qkv.quantize_rows' arrays gives the same bits. Accuracy: that
+    of float32 attention over the dequantized k and v (the quantization
+    error itself comes on top). int8 needs finite values to quantize; f16
+    turns |x| >= 65520 into inf (inf keys make NaN scores).
 
     Position of query i of batch b: p = q_pos[b] + i, or Lk - Lq + i
     without q_pos. Masks (a key is visible iff every one given allows it):
@@ -571,7 +629,9 @@ def attention(q, k, v, *, scale=None, causal=False, valid_lens=None, bias=None,
     and weights are 0). (out, lse) of calls over disjoint key sets combine
     with qkv.merge into the result over all their keys.
 
-    Errors: a bad shape or dtype raises ValueError or TypeError naming it;
+    Errors: a bad shape or dtype raises ValueError or TypeError naming it
+    (also: int8 k or v without their scales, scales of the wrong shape or
+    with any other kv_dtype, an integer k or v that is not kv_dtype's type);
     a status other than QKV_OK raises QkvError with the library's sentence
     naming the field and its value (qkv_attention_explain), e.g. "softcap
     (-1) is negative": QKV_ERR_INVALID_ARGUMENT as QkvInvalidArgument (also
@@ -581,9 +641,21 @@ def attention(q, k, v, *, scale=None, causal=False, valid_lens=None, bias=None,
     q, k, v = _real("q", q), _real("k", k), _real("v", v)
     wide = any(a.dtype == np.float64 for a in (q, k, v))
     result_dtype = np.float64 if wide else np.float32
-    # float32 stays where it is; anything else becomes a dense float32 copy.
-    q, k, v = (a if a.dtype == np.float32 else np.ascontiguousarray(a, dtype=np.float32)
-               for a in (q, k, v))
+    if kv_dtype is None:
+        kv_dtype = "f32"
+    if not isinstance(kv_dtype, str) or kv_dtype not in _QUANTIZED:
+        raise ValueError('kv_dtype must be None, "f32", "f16", "bf16" or "int8", got %r'
+                         % (kv_dtype,))
+    for name, scales in (("k_scales", k_scales), ("v_scales", v_scales)):
+        if scales is not None and kv_dtype != "int8":
+            raise ValueError('%s is only read with kv_dtype="int8" (one scale per row of an '
+                             'int8 cache), not with kv_dtype=%r' % (name, kv_dtype))
+    # float32 stays where it is; anything else becomes a dense float32 copy
+    # (k and v of a low-precision kv_dtype: after the shape checks).
+    q = q if q.dtype == np.float32 else np.ascontiguousarray(q, dtype=np.float32)
+    if kv_dtype == "f32":
+        k, v = (a if a.dtype == np.float32 else np.ascontiguousarray(a, dtype=np.float32)
+                for a in (k, v))
     if q.ndim not in (2, 3, 4):
         raise ValueError("q must be [Lq, D], [H, Lq, D] or [B, H, Lq, D]; got %d dims %s"
                          % (q.ndim, list(q.shape)))
@@ -611,6 +683,13 @@ def attention(q, k, v, *, scale=None, causal=False, valid_lens=None, bias=None,
         raise ValueError("k has Lk=%d keys but v has %d values" % (lk, v4.shape[2]))
     if k4.shape[3] != d:
         raise ValueError("head dim mismatch: q has D=%d, k has %d" % (d, k4.shape[3]))
+    scale_arrays = []
+    if kv_dtype != "f32":
+        k, k_sc = _kv_operand("k", k, k_scales, kv_dtype)
+        v, v_sc = _kv_operand("v", v, v_scales, kv_dtype)
+        k4, v4 = _as_4d(k), _as_4d(v)
+        if kv_dtype == "int8":
+            scale_arrays = [("k", k_sc), ("v", v_sc)]
 
     score_key = score.lower() if isinstance(score, str) else score
     if score_key not in _SCORES:
@@ -622,17 +701,29 @@ def attention(q, k, v, *, scale=None, causal=False, valid_lens=None, bias=None,
     desc.q_len, desc.kv_len, desc.head_dim, desc.value_dim = lq, lk, d, dv
     desc.score = _SCORES[score_key]
     desc.scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    desc.kv_dtype = QKV_DTYPE_F32
+    desc.kv_dtype = _QUANTIZED[kv_dtype][0]
     keep = []  # arrays the descriptor points into, alive until the call returns
     tensors = []
     for name, a in (("q", q4), ("k", k4), ("v", v4)):
-        strides = _layout(a)
+        strides = _layout(a)  # in elements: of kv_dtype for k and v
         if strides is None:
             a = np.ascontiguousarray(a)
             strides = (0, 0, 0)
         tensors.append(a)
         setattr(desc, name + "_strides", _Strides(*strides))
     q4, k4, v4 = tensors
+    for name, sc in scale_arrays:
+        # [..., Lk] float32 scales as a [B, Hkv, Lk, 1] tensor: their strides,
+        # in floats, are the scale strides (a token-major cache's scales stay
+        # token-major, in place).
+        s4 = _as_4d(sc[..., None])
+        strides = _layout(s4)
+        if strides is None:
+            s4 = np.ascontiguousarray(s4)
+            strides = (0, 0, 0)
+        keep.append(s4)
+        setattr(desc, name + "_scales", _ptr(s4))
+        setattr(desc, name + "_scale_strides", _Strides(*strides))
     if causal:
         desc.mask |= _MASK_CAUSAL
     if valid_lens is not None:
@@ -805,10 +896,6 @@ def merge(out_a, lse_a, out_b, lse_b):
     return ob, lb
 
 
-_QUANTIZED = {"f32": (0, np.float32), "f16": (1, np.float16), "bf16": (2, np.uint16),
-              "int8": (3, np.int8)}
-
-
 def quantize_rows(x, dtype):
     """Convert float rows to a K/V cache's element type: qkv_quantize_rows.
 
@@ -819,14 +906,20 @@ def quantize_rows(x, dtype):
     "int8" float32 [...] (x's shape without the last dim) with
     scales = max|row| / 127 and q = nearest(row / scale) in [-127, 127], so
     that row ~ scale * q. Non-finite values with "int8" raise
-    QkvInvalidArgument.
+    QkvInvalidArgument. These are the arrays qkv.attention(q, k, v,
+    kv_dtype=dtype, k_scales=..., v_scales=...) reads as a K/V cache.
     """
-    if dtype not in _QUANTIZED:
+    if not isinstance(dtype, str) or dtype not in _QUANTIZED:
         raise ValueError("dtype must be one of %s, got %r" % (sorted(_QUANTIZED), dtype))
-    code, out_type = _QUANTIZED[dtype]
     src = _dense_f32("x", x)
     if src.ndim < 1:
         raise ValueError("x must be [..., n] with at least one dim, got a scalar")
+    return _quantize(src, dtype, "int8 needs finite values")
+
+
+def _quantize(src, dtype, int8_detail):
+    """qkv_quantize_rows over the rows of a dense float32 array: (q, scales)."""
+    code, out_type = _QUANTIZED[dtype]
     n = src.shape[-1]
     rows = int(np.prod(src.shape[:-1], dtype=np.int64))
     q = np.empty(src.shape, dtype=out_type)
@@ -836,7 +929,7 @@ def quantize_rows(x, dtype):
                                     _ptr(scales) if scales is not None else None)
     if status != QKV_OK:
         raise _status_error(status, "qkv_quantize_rows",
-                            "int8 needs finite values" if dtype == "int8" else None)
+                            int8_detail if dtype == "int8" else None)
     return q, scales
 
 

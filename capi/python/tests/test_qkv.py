@@ -153,7 +153,13 @@ class Case(unittest.TestCase):
         """qkv.attention against reference(): out, weights and lse; returns (out, weights)."""
         out, w, lse = qkv.attention(q, k, v, return_weights=True, return_lse=True,
                                     backend=backend, **kw)
-        want_out, want_w, want_lse = reference(q, k, v, with_lse=True, **kw)
+        self.assertAgrees((out, w, lse), reference(q, k, v, with_lse=True, **kw), v)
+        return out, w
+
+    def assertAgrees(self, got, want, v):
+        """(out, weights, lse) of qkv.attention against reference()'s, v the values."""
+        out, w, lse = got
+        want_out, want_w, want_lse = want
         self.assertEqual((out.dtype, w.dtype, lse.dtype), (np.float32,) * 3)
         self.assertEqual(out.shape, want_out.shape)
         self.assertEqual(w.shape, want_w.shape)
@@ -163,7 +169,6 @@ class Case(unittest.TestCase):
         self.assertLessEqual(err_w, WEIGHTS_TOL, "weights off by %g" % err_w)
         self.assertOutClose(out, want_out, v)
         self.assertLseClose(lse, want_lse, "lse")
-        return out, w
 
 
 class TestInfo(Case):
@@ -440,7 +445,10 @@ class Recorder:
             "q": q, "k": k, "v": v, "out": out,
             "q_strides": strides_of(desc.q_strides), "k_strides": strides_of(desc.k_strides),
             "v_strides": strides_of(desc.v_strides), "out_strides": strides_of(desc.out_strides),
-            "mask": desc.mask,
+            "mask": desc.mask, "kv_dtype": desc.kv_dtype,
+            "k_scales": desc.k_scales, "v_scales": desc.v_scales,
+            "k_scale_strides": strides_of(desc.k_scale_strides),
+            "v_scale_strides": strides_of(desc.v_scale_strides),
         })
         return self.real.qkv_attention(desc_ref, q, k, v, out, weights, lse, ws, nbytes)
 
@@ -831,6 +839,371 @@ class TestLayouts(Case):
         # lists of Python floats are float64 to numpy
         self.assertEqual(qkv.attention(q[0, 0].tolist(), k[0, 0], v[0, 0]).dtype, np.float64)
         self.assertEqual(qkv.attention(q.astype(np.float16), k, v).dtype, np.float32)
+
+
+KV_DTYPES = ("f16", "bf16", "int8")
+# What the gaps of a cache hold, so that reading one shows: NaN in f16 and bf16;
+# int8 has none: -128 (outside the quantizer's [-127, 127]), and its rows' scales NaN.
+KV_NAN = {"f16": np.float16(np.nan), "bf16": np.uint16(0x7FC0), "int8": np.int8(-128)}
+
+
+def dequantize(a, kv_dtype, scales=None):
+    """The values a K/V cache of kv_dtype holds, in float64, written from
+    qkv.h: f16 is IEEE binary16, bf16 the top 16 bits of a float32, int8
+    scale * q with one scale per row."""
+    a = np.asarray(a)
+    if kv_dtype == "f16":
+        assert a.dtype == np.float16
+        return a.astype(np.float64)
+    if kv_dtype == "bf16":
+        assert a.dtype == np.uint16
+        return (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    assert kv_dtype == "int8" and a.dtype == np.int8
+    return np.asarray(scales, dtype=np.float64)[..., None] * a.astype(np.float64)
+
+
+class TestLowPrecisionKv(Case):
+    """kv_dtype "f16", "bf16" and "int8" against reference() over the
+    dequantized K and V, on every backend."""
+
+    def check_kv(self, q, k, v, kv_dtype, k_scales=None, v_scales=None, backend=None, **kw):
+        """qkv.attention over a cache of kv_dtype (k and v in its stored type)
+        against float64 attention over their values; returns (out, w, lse)."""
+        got = qkv.attention(q, k, v, kv_dtype=kv_dtype, k_scales=k_scales, v_scales=v_scales,
+                            return_weights=True, return_lse=True, backend=backend, **kw)
+        kd, vd = dequantize(k, kv_dtype, k_scales), dequantize(v, kv_dtype, v_scales)
+        self.assertTrue(np.all(np.isfinite(kd)) and np.all(np.isfinite(vd)))
+        self.assertAgrees(got, reference(q, kd, vd, with_lse=True, **kw), vd)
+        return got
+
+    def cache(self, x, kv_dtype):
+        """(stored, scales) of float x: qkv.quantize_rows (tested alone in
+        TestVariants.test_quantize_rows against numpy)."""
+        return qkv.quantize_rows(x, kv_dtype)
+
+    def random_rows(self, *shape):
+        """Normal values, each row scaled by 10^U(-2, 1): int8 rows of very
+        different scales."""
+        return self.randn(*shape) * np.float32(10.0) ** self.rng.uniform(
+            -2, 1, shape[:-1] + (1,)).astype(np.float32)
+
+    def test_every_dtype_every_backend(self):
+        for backend in qkv.backends():
+            for kv_dtype in KV_DTYPES:
+                for n in range(5):
+                    b, hkv = int(self.rng.integers(1, 3)), int(self.rng.integers(1, 3))
+                    h = hkv * int(self.rng.integers(1, 4))
+                    lq, lk = int(self.rng.integers(1, 9)), int(self.rng.integers(1, 70))
+                    d, dv = int(self.rng.integers(1, 70)), int(self.rng.integers(1, 40))
+                    q = self.randn(b, h, lq, d)
+                    k, ks = self.cache(self.random_rows(b, hkv, lk, d), kv_dtype)
+                    v, vs = self.cache(self.random_rows(b, hkv, lk, dv), kv_dtype)
+                    kw = [{}, {"causal": True}, {"valid_lens": self.rng.integers(0, lk + 1, b)},
+                          {"causal": True, "window": (5, 0), "sinks": self.rng.uniform(-2, 2, h)},
+                          {"score": "gaussian", "scale": 0.1, "causal": True}][n]
+                    with self.subTest(backend=backend, kv_dtype=kv_dtype, q=q.shape, k=k.shape,
+                                      v=v.shape, **{k_: str(v_) for k_, v_ in kw.items()}):
+                        try:
+                            self.check_kv(q, k, v, kv_dtype, ks, vs, backend=backend, **kw)
+                        except qkv.QkvError as e:
+                            # A backend may decline a score kind, never DOT.
+                            self.assertEqual(e.status, qkv.QKV_ERR_UNSUPPORTED)
+                            self.assertNotEqual(kw.get("score", "dot"), "dot")
+
+    def test_gqa_causal_and_ranks(self):
+        for backend in qkv.backends():
+            for kv_dtype in KV_DTYPES:
+                for hkv in (1, 2, 8):
+                    q = self.randn(2, 8, 5, 32)
+                    k, ks = self.cache(self.randn(2, hkv, 13, 32), kv_dtype)
+                    v, vs = self.cache(self.randn(2, hkv, 13, 24), kv_dtype)
+                    with self.subTest(backend=backend, kv_dtype=kv_dtype, kv_heads=hkv):
+                        out, _, _ = self.check_kv(q, k, v, kv_dtype, ks, vs, backend=backend,
+                                                  causal=True)
+                        # the last kv head alone, rank 3, scales [1, Lk]: its group's
+                        # query heads get the same bits
+                        g, j = 8 // hkv, hkv - 1
+                        part = qkv.attention(q[1, j * g:], k[1, j:], v[1, j:], causal=True,
+                                             kv_dtype=kv_dtype, backend=backend,
+                                             k_scales=None if ks is None else ks[1, j:],
+                                             v_scales=None if vs is None else vs[1, j:])
+                        self.assertEqual(bits(part), bits(out[1, j * g:]))
+                with self.subTest(backend=backend, kv_dtype=kv_dtype, rank=2):
+                    k, ks = self.cache(self.randn(9, 8), kv_dtype)  # scales [Lk]
+                    v, vs = self.cache(self.randn(9, 3), kv_dtype)
+                    self.check_kv(self.randn(4, 8), k, v, kv_dtype, ks, vs, backend=backend,
+                                  causal=True)
+
+    def test_quantizing_here_equals_passing_quantized_arrays(self):
+        q = self.randn(2, 4, 3, 24)
+        k, v = self.random_rows(2, 2, 17, 24), self.random_rows(2, 2, 17, 8)
+        for backend in qkv.backends():
+            for kv_dtype in KV_DTYPES:
+                with self.subTest(backend=backend, kv_dtype=kv_dtype):
+                    kq, ks = qkv.quantize_rows(k, kv_dtype)
+                    vq, vs = qkv.quantize_rows(v, kv_dtype)
+                    kw = {"causal": True, "backend": backend, "kv_dtype": kv_dtype,
+                          "return_lse": True}
+                    want = qkv.attention(q, kq, vq, k_scales=ks, v_scales=vs, **kw)
+                    self.assertEqual(bits(*qkv.attention(q, k, v, **kw)), bits(*want))
+                    # one of each; float64 in: float64 results, the same values
+                    self.assertEqual(bits(*qkv.attention(q, kq, v, k_scales=ks, **kw)),
+                                     bits(*want))
+                    self.assertEqual(bits(*qkv.attention(q, k, vq, v_scales=vs, **kw)),
+                                     bits(*want))
+                    wide = qkv.attention(q, k.astype(np.float64), v, **kw)
+                    self.assertEqual([x.dtype for x in wide], [np.float64] * 2)
+                    self.assertEqual(bits(*(x.astype(np.float32) for x in wide)), bits(*want))
+                    # float64 scales are converted
+                    if ks is not None:
+                        self.assertEqual(bits(*qkv.attention(q, kq, vq, k_scales=ks.astype(float),
+                                                             v_scales=vs.tolist(), **kw)),
+                                         bits(*want))
+        # "f32" is the default, and what None means
+        self.assertEqual(bits(qkv.attention(q, k, v, kv_dtype="f32")),
+                         bits(qkv.attention(q, k, v)))
+        # f16 from numpy's own conversion (round to nearest even)
+        with self.subTest(kv_dtype="f16", via="numpy astype"):
+            self.assertEqual(bits(qkv.attention(q, k.astype(np.float16), v.astype(np.float16),
+                                                kv_dtype="f16")),
+                             bits(qkv.attention(q, k, v, kv_dtype="f16")))
+
+    def test_cache_views_with_gaps_are_read_in_place(self):
+        """A token-major [B, capacity, Hkv, D + pad] cache, its first Lk rows
+        and D columns used, its scales [B, capacity, Hkv] token-major too;
+        everything outside holds NaN (int8: -128 with NaN scales), so a read
+        of a gap shows."""
+        b, h, hkv, lq, cap, lk, d, dv, pad = 2, 8, 2, 3, 32, 19, 16, 12, 3
+        q = self.randn(b, h, lq, d)
+        for kv_dtype in KV_DTYPES:
+            stored = {}
+            for name, dim in (("k", d), ("v", dv)):
+                x, s = self.cache(self.random_rows(b, cap, hkv, dim), kv_dtype)
+                full = np.full((b, cap, hkv, dim + pad), KV_NAN[kv_dtype])
+                full[:, :lk, :, :dim] = x[:, :lk]
+                scales = None
+                if s is not None:
+                    scales = np.full((b, cap, hkv), np.nan, np.float32)
+                    scales[:, :lk] = s[:, :lk]
+                stored[name] = (full, scales, dim)
+            (kc, ksc, _), (vc, vsc, _) = stored["k"], stored["v"]
+            k = kc[:, :lk, :, :d].transpose(0, 2, 1, 3)
+            v = vc[:, :lk, :, :dv].transpose(0, 2, 1, 3)
+            ks = None if ksc is None else ksc[:, :lk].transpose(0, 2, 1)
+            vs = None if vsc is None else vsc[:, :lk].transpose(0, 2, 1)
+            for backend in qkv.backends():
+                with self.subTest(backend=backend, kv_dtype=kv_dtype, layout="token-major"):
+                    got, calls = recorded(lambda: self.check_kv(
+                        q, k, v, kv_dtype, ks, vs, backend=backend, causal=True))
+                    c = calls[0]
+                    self.assertEqual(c["kv_dtype"], {"f16": 1, "bf16": 2, "int8": 3}[kv_dtype])
+                    # no copies: strides in elements of kv_dtype, scales in floats
+                    self.assertEqual((c["k"], c["v"]), (kc.ctypes.data, vc.ctypes.data))
+                    self.assertEqual(c["k_strides"], (cap * hkv * (d + pad), d + pad,
+                                                      hkv * (d + pad)))
+                    self.assertEqual(c["v_strides"], (cap * hkv * (dv + pad), dv + pad,
+                                                      hkv * (dv + pad)))
+                    if kv_dtype == "int8":
+                        self.assertEqual((c["k_scales"], c["v_scales"]),
+                                         (ksc.ctypes.data, vsc.ctypes.data))
+                        self.assertEqual(c["k_scale_strides"], (cap * hkv, 1, hkv))
+                        self.assertEqual(c["v_scale_strides"], (cap * hkv, 1, hkv))
+                    else:
+                        self.assertEqual((c["k_scales"], c["v_scales"]), (None, None))
+                    dense = qkv.attention(q, np.ascontiguousarray(k), np.ascontiguousarray(v),
+                                          kv_dtype=kv_dtype, causal=True, backend=backend,
+                                          k_scales=None if ks is None else ks.copy(),
+                                          v_scales=None if vs is None else vs.copy())
+                    self.assertOutClose(got[0], dense, dequantize(v, kv_dtype, vs),
+                                        "strided against dense")
+            # head-major [B, Hkv, capacity, D], keys [5, 5 + Lk) of it, dense
+            # scales; and one cache shared by the whole batch (stride 0)
+            kh, vh = kc.transpose(0, 2, 1, 3).copy(), vc.transpose(0, 2, 1, 3).copy()
+            ksh = None if ksc is None else ksc.transpose(0, 2, 1).copy()
+            vsh = None if vsc is None else vsc.transpose(0, 2, 1).copy()
+            lo = 5
+            kh[:, :, lo:lo + lk], vh[:, :, lo:lo + lk] = kh[:, :, :lk].copy(), vh[:, :, :lk].copy()
+            kh[:, :, :lo], vh[:, :, :lo] = KV_NAN[kv_dtype], KV_NAN[kv_dtype]
+            if ksh is not None:
+                ksh[:, :, lo:lo + lk] = ksh[:, :, :lk].copy()
+                vsh[:, :, lo:lo + lk] = vsh[:, :, :lk].copy()
+                ksh[:, :, :lo] = vsh[:, :, :lo] = np.nan
+            sl = slice(lo, lo + lk)
+            one = {"k": kh[:1, :, sl, :d], "v": vh[:1, :, sl, :dv],
+                   "ks": None if ksh is None else ksh[:1, :, sl],
+                   "vs": None if vsh is None else vsh[:1, :, sl]}
+            for backend in qkv.backends():
+                with self.subTest(backend=backend, kv_dtype=kv_dtype, layout="head-major"):
+                    got, calls = recorded(lambda: self.check_kv(
+                        q, kh[:, :, sl, :d], vh[:, :, sl, :dv], kv_dtype,
+                        None if ksh is None else np.ascontiguousarray(ksh[:, :, sl]),
+                        None if vsh is None else vsh[:, :, sl], backend=backend, causal=True))
+                    self.assertEqual(calls[0]["k"], kh[:, :, sl].ctypes.data)
+                    self.assertEqual(calls[0]["k_strides"], (hkv * cap * (d + pad), cap * (d + pad),
+                                                             d + pad))
+                    if ksh is not None:
+                        self.assertEqual(calls[0]["k_scale_strides"], (0, 0, 0))  # dense copy
+                        self.assertEqual(calls[0]["v_scale_strides"], (hkv * cap, cap, 1))
+                with self.subTest(backend=backend, kv_dtype=kv_dtype, layout="batch broadcast"):
+                    bc = {key: None if x is None else np.broadcast_to(x, (b,) + x.shape[1:])
+                          for key, x in one.items()}
+                    got, calls = recorded(lambda: self.check_kv(
+                        q, bc["k"], bc["v"], kv_dtype, bc["ks"], bc["vs"], backend=backend))
+                    self.assertEqual(calls[0]["k_strides"][0], 0)
+                    if ksh is not None:
+                        self.assertEqual(calls[0]["k_scale_strides"][0], 0)
+
+    def test_int8_zero_rows_and_outliers(self):
+        b, h, hkv, lq, lk, d, dv = 2, 4, 2, 4, 23, 16, 8
+        q = self.randn(b, h, lq, d)
+        k, v = self.randn(b, hkv, lk, d), self.randn(b, hkv, lk, dv)
+        k[0, 1, 3] = 0.0  # all-zero rows: scale 0, q 0, score 0
+        v[1, 0, 7] = 0.0
+        k[:, :, 10] *= np.float32(1e-3)  # small rows next to large ones
+        v[:, :, 11] *= np.float32(1e3)
+        k[1, 0, 5, 2] = 60.0  # one outlier: the rest of its row gets a few steps of 60/127
+        v[0, 1, 9, 4] = -500.0
+        kq, ks = qkv.quantize_rows(k, "int8")
+        vq, vs = qkv.quantize_rows(v, "int8")
+        self.assertEqual((ks[0, 1, 3], vs[1, 0, 7]), (0.0, 0.0))
+        self.assertEqual(kq[1, 0, 5, 2], 127)
+        self.assertLessEqual(int(np.abs(np.delete(kq[1, 0, 5], 2).astype(int)).max()), 10)
+        # a scale of 0 makes a row 0 whatever its int8 values (x = 0 * q)
+        kq2, vq2 = kq.copy(), vq.copy()
+        kq2[0, 1, 3], vq2[1, 0, 7] = 100, -77
+        for backend in qkv.backends():
+            for kw in ({}, {"causal": True}, {"valid_lens": [[23, 4, 12, 1], [0, 23, 11, 10]]}):
+                with self.subTest(backend=backend, **{k_: str(v_) for k_, v_ in kw.items()}):
+                    out, w, _ = self.check_kv(q, kq, vq, "int8", ks, vs, backend=backend, **kw)
+                    out2, w2, _ = self.check_kv(q, kq2, vq2, "int8", ks, vs, backend=backend,
+                                                **kw)
+                    self.assertEqual(bits(out, w), bits(out2, w2))
+        # every row zero: uniform weights, out 0
+        z, zs = qkv.quantize_rows(np.zeros((1, 2, 6, 4), np.float32), "int8")
+        self.assertTrue(np.all(zs == 0))
+        out, w = qkv.attention(self.randn(1, 2, 3, 4), z, z, kv_dtype="int8", k_scales=zs,
+                               v_scales=zs, return_weights=True)
+        self.assertTrue(np.all(out == 0))
+        np.testing.assert_allclose(w, np.full((1, 2, 3, 6), 1 / 6), atol=WEIGHTS_TOL)
+
+    def test_f16_subnormals_and_the_edge_of_its_range(self):
+        q = self.randn(2, 2, 3, 8)
+        tiny = np.float16(2.0 ** -14)  # the smallest normal f16; below it, subnormals
+        # keys and values that are all subnormal: a flush to 0 would show in
+        # the weights (scale 1e4 makes their scores O(1)) and in out (max|v|
+        # subnormal, so the bound is tiny too)
+        k = (self.rng.uniform(-0.98, 0.98, (2, 1, 11, 8)) * tiny).astype(np.float16)
+        v = (self.rng.uniform(-0.98, 0.98, (2, 1, 11, 5)) * tiny).astype(np.float16)
+        k[0, 0, 0, 0] = v[0, 0, 0, 0] = np.float16(2.0 ** -24)  # the smallest subnormal
+        v[1, 0, 3, :] = -(tiny - np.float16(2.0 ** -24))  # the largest subnormal
+        self.assertTrue(np.all(np.abs(k) < tiny) and np.all(np.abs(v) < tiny))
+        self.assertGreater(np.count_nonzero(k), 100)
+        # the quantizer makes the same subnormals from float32
+        self.assertEqual(bits(qkv.quantize_rows(k.astype(np.float32), "f16")[0]), bits(k))
+        # values at the top of f16's range (65504; 65520 and up become inf:
+        # not here, an inf key would make NaN scores)
+        big = v.astype(np.float32) * np.float32(65504 / 2.0 ** -14)
+        big[0, 0, 1, 1] = 65504.0
+        vbig = qkv.quantize_rows(big, "f16")[0]
+        self.assertTrue(np.all(np.isfinite(vbig.astype(np.float32))))
+        for backend in qkv.backends():
+            with self.subTest(backend=backend, values="subnormal"):
+                self.check_kv(q, k, v, "f16", backend=backend, scale=1e4)
+            with self.subTest(backend=backend, values="65504"):
+                self.check_kv(q, k, vbig, "f16", backend=backend, scale=1e4, causal=True)
+            with self.subTest(backend=backend, kv_dtype="bf16", values="wide range"):
+                # bf16 has float32's range: values of 1e30 and keys of 1e-30
+                kb, _ = qkv.quantize_rows(self.randn(2, 1, 11, 8) * np.float32(1e-30), "bf16")
+                vb, _ = qkv.quantize_rows(self.randn(2, 1, 11, 5) * np.float32(1e30), "bf16")
+                self.check_kv(q, kb, vb, "bf16", backend=backend, scale=1e30)
+
+    def test_no_keys(self):
+        q = self.randn(2, 4, 3, 8)
+        for kv_dtype in KV_DTYPES:
+            k, ks = qkv.quantize_rows(np.zeros((2, 2, 0, 8), np.float32), kv_dtype)
+            v, vs = qkv.quantize_rows(np.zeros((2, 2, 0, 5), np.float32), kv_dtype)
+            with self.subTest(kv_dtype=kv_dtype):
+                out, lse = qkv.attention(q, k, v, kv_dtype=kv_dtype, k_scales=ks, v_scales=vs,
+                                         return_lse=True)
+                self.assertTrue(np.all(out == 0) and np.all(lse == -np.inf))
+                out = qkv.attention(q, np.zeros((2, 2, 0, 8)), np.zeros((2, 2, 0, 5)),
+                                    kv_dtype=kv_dtype)
+                self.assertTrue(np.all(out == 0))
+
+    def test_bad_inputs(self):
+        q = self.randn(2, 4, 3, 8)
+        kf, vf = self.randn(2, 2, 6, 8), self.randn(2, 2, 6, 5)
+        k8, ks = qkv.quantize_rows(kf, "int8")
+        v8, vs = qkv.quantize_rows(vf, "int8")
+        k16, v16 = kf.astype(np.float16), vf.astype(np.float16)
+        sentinel = np.float32(3.5)
+
+        def expect(exc, words, k, v, **kw):
+            out = np.full((2, 4, 3, 5), sentinel, np.float32)
+            with self.assertRaises(exc) as cm:
+                qkv.attention(q, k, v, out=out, **kw)
+            for word in words:
+                self.assertIn(word, str(cm.exception))
+            self.assertTrue(np.all(out == sentinel), "out written on error")
+
+        # int8 without its scales: named
+        expect(ValueError, ["k_scales", "[2, 2, 6]"], k8, v8, kv_dtype="int8", v_scales=vs)
+        expect(ValueError, ["v_scales"], k8, v8, kv_dtype="int8", k_scales=ks)
+        expect(ValueError, ["v_scales"], kf, v8, kv_dtype="int8")
+        # scales of the wrong shape
+        expect(ValueError, ["k_scales is [2, 2]", "[2, 2, 6]"], k8, v8, kv_dtype="int8",
+               k_scales=ks[..., 0], v_scales=vs)
+        expect(ValueError, ["v_scales is [2, 2, 6, 1]"], k8, v8, kv_dtype="int8",
+               k_scales=ks, v_scales=vs[..., None])
+        expect(ValueError, ["k_scales is [2, 1, 6]"], k8, v8, kv_dtype="int8",
+               k_scales=ks[:, :1], v_scales=vs)  # no broadcasting of scales
+        # scales where nothing reads them
+        expect(ValueError, ["k_scales", "int8"], k16, v16, kv_dtype="f16", k_scales=ks)
+        expect(ValueError, ["v_scales", "int8"], kf, vf, v_scales=vs)
+        expect(ValueError, ["k_scales", "float"], kf, v8, kv_dtype="int8", k_scales=ks,
+               v_scales=vs)
+        # arrays of the wrong type for kv_dtype
+        expect(TypeError, ["kv_dtype='f16'", "int8", "float16"], k8, v16, kv_dtype="f16")
+        expect(TypeError, ["kv_dtype='int8'", "uint16"], k8, v16.view(np.uint16),
+               kv_dtype="int8", k_scales=ks)
+        expect(TypeError, ["kv_dtype='bf16'", "int8"], k8, v8, kv_dtype="bf16")
+        expect(TypeError, ["int32", "int8"], kf.astype(np.int32), v8, kv_dtype="int8",
+               v_scales=vs)
+        expect(ValueError, ["kv_dtype must be"], kf, vf, kv_dtype="fp8")
+        expect(ValueError, ["kv_dtype must be"], kf, vf, kv_dtype=np.float16)
+        # quantizing non-finite values to int8: named
+        bad = kf.copy()
+        bad[1, 1, 2, 3] = np.inf
+        expect(qkv.QkvInvalidArgument, ["k holds a non-finite value", "qkv_quantize_rows"],
+               bad, vf, kv_dtype="int8")
+        # shapes are checked before anything is quantized
+        expect(ValueError, ["Lk=6", "5 values"], kf, vf[:, :, :5], kv_dtype="int8")
+
+    def test_the_library_names_missing_scales(self):
+        """The C boundary itself: QKV_DTYPE_I8 with NULL k_scales or v_scales
+        is QKV_ERR_INVALID_ARGUMENT, and qkv_attention_explain names it."""
+        q, out = self.randn(1, 2, 3, 8), np.zeros((1, 2, 3, 8), np.float32)
+        k8, ks = qkv.quantize_rows(self.randn(1, 1, 5, 8), "int8")
+        for backend in [None] + qkv.backends():
+            for missing in ("k_scales", "v_scales"):
+                with self.subTest(backend=backend, missing=missing):
+                    desc = qkv._Desc()
+                    desc.struct_size = ctypes.sizeof(desc)
+                    desc.batch, desc.q_heads, desc.kv_heads = 1, 2, 1
+                    desc.q_len, desc.kv_len, desc.head_dim, desc.value_dim = 3, 5, 8, 8
+                    desc.scale = 0.25
+                    desc.kv_dtype = qkv.QKV_DTYPE_I8
+                    name = None if backend is None else backend.encode()
+                    desc.backend = name
+                    setattr(desc, "k_scales" if missing == "v_scales" else "v_scales",
+                            ks.ctypes.data)
+                    nbytes = qkv._lib.qkv_attention_workspace_size(ctypes.byref(desc))
+                    ws = np.empty(max(nbytes, 1), np.uint8)
+                    args = (ctypes.byref(desc), q.ctypes.data, k8.ctypes.data, k8.ctypes.data,
+                            out.ctypes.data, None, None, ws.ctypes.data, nbytes)
+                    self.assertEqual(qkv._lib.qkv_attention(*args), qkv.QKV_ERR_INVALID_ARGUMENT)
+                    self.assertIn(missing, qkv._explain(args))
+                    self.assertTrue(np.all(out == 0))
 
 
 class TestErrors(Case):
