@@ -1,5 +1,6 @@
 // Runs a wasm32-wasi program under node's built-in WASI:
-//   node --experimental-wasi-unstable-preview1 --no-warnings wasi-run.mjs prog.wasm [args...]
+//   node --single-threaded-gc --experimental-wasi-unstable-preview1 --no-warnings \
+//     wasi-run.mjs prog.wasm [args...]
 // The CMAKE_CROSSCOMPILING_EMULATOR of toolchains/wasm32-wasi.cmake (ctest and
 // gtest_discover_tests run every test program through it). The program gets
 // its arguments, this process's environment (QKV_BACKEND, GTEST_*) and the
