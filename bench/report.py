@@ -331,8 +331,9 @@ def vs_plain_lines(rows, read_1t=None):
             met = "yes" if ratio <= target else "**no**"
         diff = agg("max_diff")
         read = "-"
-        if variant in ("f16", "bf16", "int8") and is_number(
-                e["reps"][0].get("kv_gbs")):
+        # Decoding only: prefill reuses each K/V byte for every query.
+        if variant in ("f16", "bf16", "int8") and shape == "S1_decode" and \
+                is_number(e["reps"][0].get("kv_gbs")):
             gbs = agg("kv_gbs")
             read = "%.1f" % gbs
             frac = None
