@@ -107,32 +107,31 @@ struct KvSource {
   int64_t scale_st;
 };
 
-inline KvSource KeySource(const Problem& p, int64_t b, int64_t kvh) {
-  const int64_t e = KvElementBytes(p.kv_dtype);
+// The source of one operand: base and strides in elements of it and of its
+// scales (scales NULL for the types without).
+inline KvSource SourceOf(const void* base, const float* scales, qkv_dtype t,
+                         int64_t sb, int64_t sh, int64_t st, int64_t scale_sb,
+                         int64_t scale_sh, int64_t scale_st, int64_t b,
+                         int64_t kvh) {
+  const int64_t e = KvElementBytes(t);
   KvSource s;
-  s.base = static_cast<const unsigned char*>(p.k) +
-           (b * p.k_sb + kvh * p.k_sh) * e;
-  s.row_bytes = p.k_st * e;
-  s.dtype = p.kv_dtype;
-  s.scales = p.k_scales != nullptr
-                 ? p.k_scales + b * p.ksc_sb + kvh * p.ksc_sh
-                 : nullptr;
-  s.scale_st = p.ksc_st;
+  s.base = static_cast<const unsigned char*>(base) + (b * sb + kvh * sh) * e;
+  s.row_bytes = st * e;
+  s.dtype = t;
+  s.scales =
+      scales != nullptr ? scales + b * scale_sb + kvh * scale_sh : nullptr;
+  s.scale_st = scale_st;
   return s;
 }
 
+inline KvSource KeySource(const Problem& p, int64_t b, int64_t kvh) {
+  return SourceOf(p.k, p.k_scales, p.kv_dtype, p.k_sb, p.k_sh, p.k_st,
+                  p.ksc_sb, p.ksc_sh, p.ksc_st, b, kvh);
+}
+
 inline KvSource ValueSource(const Problem& p, int64_t b, int64_t kvh) {
-  const int64_t e = KvElementBytes(p.kv_dtype);
-  KvSource s;
-  s.base = static_cast<const unsigned char*>(p.v) +
-           (b * p.v_sb + kvh * p.v_sh) * e;
-  s.row_bytes = p.v_st * e;
-  s.dtype = p.kv_dtype;
-  s.scales = p.v_scales != nullptr
-                 ? p.v_scales + b * p.vsc_sb + kvh * p.vsc_sh
-                 : nullptr;
-  s.scale_st = p.vsc_st;
-  return s;
+  return SourceOf(p.v, p.v_scales, p.kv_dtype, p.v_sb, p.v_sh, p.v_st,
+                  p.vsc_sb, p.vsc_sh, p.vsc_st, b, kvh);
 }
 
 // Row j's I8 scale (1 for the other types).

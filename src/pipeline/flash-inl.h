@@ -921,40 +921,71 @@ struct Flash {
 
   // ---------------------------------------------------------- row path
 
+  // Row readers: the keys and values of the row path as rows of T, vector
+  // loads widened to f32 and scalar decoding for the tails. F32Rows for the
+  // f32 rows in place or dequantized by the block source; a single
+  // decoding row (the memory-bound case) reads F16, BF16 and I8 rows
+  // converting in registers instead of dequantizing each block into the
+  // workspace and reading it back (the fused path). I8 rows are read
+  // unscaled; the row's scale multiplies its finished score (keys) or its
+  // probability (values).
+  struct F32Rows {
+    using T = float;
+    static QKV_FLASH_INLINE V Load(const T* p) { return O::LoadU(p); }
+    static float At(const T* p, int64_t c) { return p[c]; }
+  };
+  struct F16Rows {
+    using T = uint16_t;
+    static QKV_FLASH_INLINE V Load(const T* p) { return O::LoadF16(p); }
+    static float At(const T* p, int64_t c) { return F16ToF32(p[c]); }
+  };
+  struct BF16Rows {
+    using T = uint16_t;
+    static QKV_FLASH_INLINE V Load(const T* p) { return O::LoadBF16(p); }
+    static float At(const T* p, int64_t c) { return BF16ToF32(p[c]); }
+  };
+  struct I8Rows {
+    using T = int8_t;
+    static QKV_FLASH_INLINE V Load(const T* p) { return O::LoadI8(p); }
+    static float At(const T* p, int64_t c) { return static_cast<float>(p[c]); }
+  };
+
   // One query row against nb keys: st[j] = finish * sum_t f(q[t], k_j[t]),
   // keys four at a time for independent FMA chains, d in lanes. Also
-  // projects for kAdditive (q a key or query, k the rows of W).
-  template <int kKind>
-  static float RowTail(const float* q, const float* kr, const float* w_v,
-                       int64_t t0, int64_t d) {
+  // projects for kAdditive (q a key or query, k the rows of W). Keys are
+  // rows of E (F32Rows but on the fused path).
+  template <int kKind, class E = F32Rows>
+  static float RowTail(const float* q, const typename E::T* kr,
+                       const float* w_v, int64_t t0, int64_t d) {
     float s = 0.0f;
     for (int64_t t = t0; t < d; ++t) {
       const float w = kKind == kAdditive ? w_v[t] : 0.0f;
-      s += ScoreTermScalar<kKind>(q[t], kr[t], w);
+      s += ScoreTermScalar<kKind>(q[t], E::At(kr, t), w);
     }
     return s;
   }
 
   // A row score: the vector part's lanes, the scalar tail, the factor.
-  template <int kKind>
-  static inline float Finished(V acc, const float* q, const float* kr,
+  template <int kKind, class E>
+  static inline float Finished(V acc, const float* q, const typename E::T* kr,
                                const float* w_v, int64_t d_full, int64_t d,
                                float finish) {
-    return (O::ReduceSum(acc) + RowTail<kKind>(q, kr, w_v, d_full, d)) *
+    return (O::ReduceSum(acc) + RowTail<kKind, E>(q, kr, w_v, d_full, d)) *
            finish;
   }
 
-  template <int kKind>
+  template <int kKind, class E = F32Rows>
   __attribute__((noinline)) static void RowScores(
-      const float* __restrict q, const float* __restrict k, int64_t d,
+      const float* __restrict q, const typename E::T* __restrict k, int64_t d,
       int64_t ks, int64_t nb, float finish, const float* __restrict w_v,
       float* __restrict st, BlockPrefetch* pf = nullptr) {
+    using T = typename E::T;
     const int64_t N = static_cast<int64_t>(O::Lanes());
     const int64_t d_full = d - d % N;
     int64_t j = 0;
     if (d_full == 0) {  // vectors shorter than one SIMD vector: plain loops
       for (; j < nb; ++j) {
-        st[j] = RowTail<kKind>(q, k + j * ks, w_v, 0, d) * finish;
+        st[j] = RowTail<kKind, E>(q, k + j * ks, w_v, 0, d) * finish;
       }
       return;
     }
@@ -963,32 +994,32 @@ struct Flash {
         pf->v.Step();
         pf->k.Step();
       }
-      const float* k0 = k + j * ks;
-      const float* k1 = k0 + ks;
-      const float* k2 = k1 + ks;
-      const float* k3 = k2 + ks;
+      const T* k0 = k + j * ks;
+      const T* k1 = k0 + ks;
+      const T* k2 = k1 + ks;
+      const T* k3 = k2 + ks;
       V a0 = O::Zero(), a1 = O::Zero(), a2 = O::Zero(), a3 = O::Zero();
       for (int64_t t = 0; t < d_full; t += N) {
         const V qv = O::LoadU(q + t);
         const V wv = kKind == kAdditive ? O::LoadU(w_v + t) : O::Zero();
-        a0 = ScoreTerm<kKind>(qv, O::LoadU(k0 + t), wv, a0);
-        a1 = ScoreTerm<kKind>(qv, O::LoadU(k1 + t), wv, a1);
-        a2 = ScoreTerm<kKind>(qv, O::LoadU(k2 + t), wv, a2);
-        a3 = ScoreTerm<kKind>(qv, O::LoadU(k3 + t), wv, a3);
+        a0 = ScoreTerm<kKind>(qv, E::Load(k0 + t), wv, a0);
+        a1 = ScoreTerm<kKind>(qv, E::Load(k1 + t), wv, a1);
+        a2 = ScoreTerm<kKind>(qv, E::Load(k2 + t), wv, a2);
+        a3 = ScoreTerm<kKind>(qv, E::Load(k3 + t), wv, a3);
       }
-      st[j + 0] = Finished<kKind>(a0, q, k0, w_v, d_full, d, finish);
-      st[j + 1] = Finished<kKind>(a1, q, k1, w_v, d_full, d, finish);
-      st[j + 2] = Finished<kKind>(a2, q, k2, w_v, d_full, d, finish);
-      st[j + 3] = Finished<kKind>(a3, q, k3, w_v, d_full, d, finish);
+      st[j + 0] = Finished<kKind, E>(a0, q, k0, w_v, d_full, d, finish);
+      st[j + 1] = Finished<kKind, E>(a1, q, k1, w_v, d_full, d, finish);
+      st[j + 2] = Finished<kKind, E>(a2, q, k2, w_v, d_full, d, finish);
+      st[j + 3] = Finished<kKind, E>(a3, q, k3, w_v, d_full, d, finish);
     }
     for (; j < nb; ++j) {
-      const float* k0 = k + j * ks;
+      const T* k0 = k + j * ks;
       V a0 = O::Zero();
       for (int64_t t = 0; t < d_full; t += N) {
         const V wv = kKind == kAdditive ? O::LoadU(w_v + t) : O::Zero();
-        a0 = ScoreTerm<kKind>(O::LoadU(q + t), O::LoadU(k0 + t), wv, a0);
+        a0 = ScoreTerm<kKind>(O::LoadU(q + t), E::Load(k0 + t), wv, a0);
       }
-      st[j] = Finished<kKind>(a0, q, k0, w_v, d_full, d, finish);
+      st[j] = Finished<kKind, E>(a0, q, k0, w_v, d_full, d, finish);
     }
   }
 
@@ -1067,79 +1098,19 @@ struct Flash {
     }
   }
 
-  // ------------------------------------- fused low-precision row path
-  // A single decoding row (the memory-bound case) reads F16, BF16 and I8
-  // keys and values converting in registers, instead of dequantizing each
-  // block into the workspace and reading it back: the element types'
-  // loads, and their scalar decoding for the tails. I8 rows are read
-  // unscaled; the row's scale multiplies its finished score (keys) or its
-  // probability (values).
-  struct F16Rows {
-    using T = uint16_t;
-    static QKV_FLASH_INLINE V Load(const T* p) { return O::LoadF16(p); }
-    static float At(const T* p, int64_t c) { return F16ToF32(p[c]); }
-  };
-  struct BF16Rows {
-    using T = uint16_t;
-    static QKV_FLASH_INLINE V Load(const T* p) { return O::LoadBF16(p); }
-    static float At(const T* p, int64_t c) { return BF16ToF32(p[c]); }
-  };
-  struct I8Rows {
-    using T = int8_t;
-    static QKV_FLASH_INLINE V Load(const T* p) { return O::LoadI8(p); }
-    static float At(const T* p, int64_t c) { return static_cast<float>(p[c]); }
-  };
-
   // Dot scores of one row with keys [j0, j0 + nb) of src (kDot: finish 1,
   // the scale is in q; kDotScaled: finish = scale).
   template <class E>
-  __attribute__((noinline)) static void RowDotScoresOf(
-      const float* __restrict q, const KvSource& src, int64_t j0, int64_t d,
-      int64_t nb, float finish, float* __restrict st, BlockPrefetch* pf) {
+  static void RowDotScoresOf(const float* q, const KvSource& src, int64_t j0,
+                             int64_t d, int64_t nb, float finish, float* st,
+                             BlockPrefetch* pf) {
     using T = typename E::T;
-    const int64_t N = static_cast<int64_t>(O::Lanes());
-    const int64_t d_full = d - d % N;
     const int64_t ks = src.row_bytes / static_cast<int64_t>(sizeof(T));
-    const T* k = reinterpret_cast<const T*>(src.base) + j0 * ks;
-    auto tail = [&](const T* kr) {
-      float s = 0.0f;
-      for (int64_t t = d_full; t < d; ++t) s += q[t] * E::At(kr, t);
-      return s;
-    };
-    int64_t j = 0;
-    for (; j + 4 <= nb; j += 4) {
-      if (pf != nullptr) {
-        pf->v.Step();
-        pf->k.Step();
-      }
-      const T* k0 = k + j * ks;
-      const T* k1 = k0 + ks;
-      const T* k2 = k1 + ks;
-      const T* k3 = k2 + ks;
-      V a0 = O::Zero(), a1 = O::Zero(), a2 = O::Zero(), a3 = O::Zero();
-      for (int64_t t = 0; t < d_full; t += N) {
-        const V qv = O::LoadU(q + t);
-        a0 = O::MulAdd(qv, E::Load(k0 + t), a0);
-        a1 = O::MulAdd(qv, E::Load(k1 + t), a1);
-        a2 = O::MulAdd(qv, E::Load(k2 + t), a2);
-        a3 = O::MulAdd(qv, E::Load(k3 + t), a3);
-      }
-      st[j + 0] = (O::ReduceSum(a0) + tail(k0)) * finish;
-      st[j + 1] = (O::ReduceSum(a1) + tail(k1)) * finish;
-      st[j + 2] = (O::ReduceSum(a2) + tail(k2)) * finish;
-      st[j + 3] = (O::ReduceSum(a3) + tail(k3)) * finish;
-    }
-    for (; j < nb; ++j) {
-      const T* k0 = k + j * ks;
-      V a0 = O::Zero();
-      for (int64_t t = 0; t < d_full; t += N) {
-        a0 = O::MulAdd(O::LoadU(q + t), E::Load(k0 + t), a0);
-      }
-      st[j] = (O::ReduceSum(a0) + tail(k0)) * finish;
-    }
+    RowScores<kDot, E>(q, reinterpret_cast<const T*>(src.base) + j0 * ks, d,
+                       ks, nb, finish, nullptr, st, pf);
     if (src.dtype == QKV_DTYPE_I8) {
       const float* sc = src.scales + j0 * src.scale_st;
-      for (j = 0; j < nb; ++j) st[j] *= sc[j * src.scale_st];
+      for (int64_t j = 0; j < nb; ++j) st[j] *= sc[j * src.scale_st];
     }
   }
 
