@@ -1235,7 +1235,8 @@ void LowPrecisionCases(qkv_dtype type) {
 
 // Refusals: I8 without scales is invalid, and so is any type but F32 at
 // qkv_attention_f32; a build without the types (QKV_LOW_PRECISION_KV=0)
-// refuses each as unsupported. Nothing is written.
+// refuses each as unsupported, I8 without scales too (it reads no scale
+// pointer). Nothing is written.
 void LowPrecisionRefusals(bool served) {
   qkv_attention_desc d = Desc(1, 2, 1, 4, 5, 4, 4, 69);
   d.backend = g_backend;
@@ -1252,8 +1253,9 @@ void LowPrecisionRefusals(bool served) {
     Poison(g_out, 4 * 2 * 4);
     if (t == QKV_DTYPE_I8) {
       Check(Attend(d, out, nullptr, nullptr, g_ws, ws) ==
-                QKV_ERR_INVALID_ARGUMENT,
-            "I8 without scales: invalid");
+                (served ? QKV_ERR_INVALID_ARGUMENT : QKV_ERR_UNSUPPORTED),
+            served ? "I8 without scales: invalid"
+                   : "I8 without scales, types left out: unsupported");
       d.k_scales = d.v_scales = g_k_scales;
       for (int i = 0; i < 5; ++i) g_k_scales[i] = 1.0f;
     }
