@@ -1394,7 +1394,15 @@ void RunOne(const uint8_t* data, size_t size) {
 
   // Workspace.
   size_t ws_query = desc ? qkv_attention_workspace_size(desc) : 0;
-  if (desc_verdict == kInvalid || desc_verdict == kUnsupported) {
+  // The query answers for qkv_attention, which serves F16, BF16 and I8
+  // caches that qkv_attention_f32 refuses: a refusal for the type alone
+  // says nothing about the size.
+  int32_t desc_dtype = QKV_DTYPE_F32;
+  if (desc != nullptr) memcpy(&desc_dtype, &e.kv_dtype, sizeof desc_dtype);
+  const bool other_type = desc_dtype >= QKV_DTYPE_F16 &&
+                          desc_dtype <= QKV_DTYPE_I8;
+  if ((desc_verdict == kInvalid || desc_verdict == kUnsupported) &&
+      !other_type) {
     CHECK(ws_query == 0, "workspace size of a refused descriptor", ws_query);
   }
   size_t ws_size = 0, ws_offset = 0;
