@@ -1051,43 +1051,16 @@ struct Flash {
     return alpha;
   }
 
-  // o[c] = o[c] * alpha + sum_{j < nb} p[j] v_j[c] for U vectors of columns.
-  template <int U>
-  __attribute__((noinline)) static void RowOutputColumns(
-      const float* __restrict pr, const float* __restrict v, int64_t vs,
-      int64_t nb, float alpha, float* __restrict o) {
-    const size_t N = O::Lanes();
-    const V va = O::Set(alpha);
-#define QKV_DECL(u) \
-  V o##u = O::Zero(); \
-  if (u < U) o##u = O::Mul(O::LoadU(o + u * N), va);
-    QKV_UNROLL8(QKV_DECL)
-#undef QKV_DECL
-    for (int64_t j = 0; j < nb; ++j) {
-      if (pr[j] == 0.0f) continue;  // a hidden key's value is never read
-      const V b = O::Set(pr[j]);
-      const float* __restrict vj = v + j * vs;
-#define QKV_STEP(u) \
-  if (u < U) o##u = O::MulAdd(b, O::LoadU(vj + u * N), o##u);
-      QKV_UNROLL8(QKV_STEP)
-#undef QKV_STEP
-    }
-#define QKV_STORE(u) \
-  if (u < U) O::StoreU(o##u, o + u * N);
-    QKV_UNROLL8(QKV_STORE)
-#undef QKV_STORE
-  }
-
   static void RowOutput(const float* __restrict pr, const float* __restrict v,
                         int64_t dv, int64_t vs, int64_t nb, float alpha,
                         float* __restrict o) {
     const int64_t N = static_cast<int64_t>(O::Lanes());
     int64_t c = 0;
     for (; c + 8 * N <= dv; c += 8 * N) {
-      RowOutputColumns<8>(pr, v + c, vs, nb, alpha, o + c);
+      RowOutputColumnsOf<F32Rows, 8>(pr, v + c, vs, nb, alpha, o + c);
     }
     for (; c + N <= dv; c += N) {
-      RowOutputColumns<1>(pr, v + c, vs, nb, alpha, o + c);
+      RowOutputColumnsOf<F32Rows, 1>(pr, v + c, vs, nb, alpha, o + c);
     }
     for (; c < dv; ++c) {
       float acc = o[c] * alpha;
@@ -1128,8 +1101,8 @@ struct Flash {
     }
   }
 
-  // o[c] = o[c] * alpha + sum_j pr[j] v_j[c] for value rows [j0, j0 + nb)
-  // of src, U vectors of columns from column c0.
+  // o[c] = o[c] * alpha + sum_j pr[j] v_j[c] for U vectors of columns of
+  // value rows of E (F32Rows: the f32 row path's; the fused path's types).
   template <class E, int U>
   __attribute__((noinline)) static void RowOutputColumnsOf(
       const float* __restrict pr, const typename E::T* __restrict v,
