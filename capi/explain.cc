@@ -151,6 +151,17 @@ void Describe(const Why& w, int status, char* m, size_t n) {
                  w.text != nullptr ? w.text : "");
     case kWhyNoEngine:
       return Say(m, n, "no backend of this build can serve this call");
+    case kWhyBackwardScore:
+      return Say(m, n,
+                 "score (%lld) has no backward pass: "
+                 "qkv_attention_backward_f32 serves QKV_SCORE_DOT and "
+                 "QKV_SCORE_GAUSSIAN",
+                 a);
+    case kWhyBackwardDtype:
+      return Say(m, n,
+                 "kv_dtype (%lld, %s) has no backward pass: "
+                 "qkv_attention_backward_f32 reads f32 K and V",
+                 a, DtypeName(a));
     case kWhyWorkspaceSmall:
       return Say(m, n,
                  "workspace_size (%lld) is smaller than "

@@ -884,6 +884,255 @@ qkv_status Run(const qkv_attention_desc* desc, const float* q, const void* k,
   return QKV_OK;
 }
 
+
+// ------------------------------------------------------------ backward
+
+// The backward pass's engine for a forward engine: its SIMD target's, or
+// the portable one (reference, Helium).
+const BackwardEngine* BackwardOf(const Engine* engine) {
+  const BackwardEngine* bw = nullptr;
+#if QKV_HAVE_HIGHWAY
+  bw = HighwayBackward(engine);
+#endif
+#if QKV_HAVE_XSIMD
+  if (bw == nullptr) bw = XsimdBackward(engine);
+#endif
+  (void)engine;
+  return bw != nullptr ? bw : ReferenceBackward();
+}
+
+struct BackwardCall {
+  Plan plan;
+  Gradients grads;
+  const BackwardEngine* engine;
+  size_t workspace;  // bytes, with alignment slack
+};
+
+// Sizes the backward pass's workspace for a valid plan.
+template <bool kExplain>
+qkv_status PlanBackward(BackwardCall* call, Why* why) {
+  Plan& plan = call->plan;
+  const Problem& p = plan.problem;
+  call->engine = BackwardOf(plan.engine);
+  call->workspace = 0;
+  if (plan.empty || plan.no_keys) return QKV_OK;
+  const size_t per_worker = call->engine->workspace_per_worker(p);
+  if (per_worker != 0) {
+    const size_t room = SIZE_MAX - kWorkspaceAlign;
+    if (per_worker > (plan.workers == 1 ? room : room / plan.workers)) {
+      return QKV_INVALID(kWhyTooLarge, "workspace");
+    }
+    call->workspace = per_worker * plan.workers + kWorkspaceAlign - 1;
+  }
+  plan.per_worker = per_worker;
+  return QKV_OK;
+}
+
+// Validates the descriptor for the backward pass: the forward's checks,
+// then what the backward pass serves. QKV_ERR_UNSUPPORTED from the
+// forward's checks is kept for after the buffers' checks (every invalid
+// argument is reported first), as Prepare does.
+template <bool kExplain>
+qkv_status MakeBackwardPlan(const qkv_attention_desc* desc,
+                            BackwardCall* call, Why* why) {
+  qkv_status st = MakePlan<kExplain>(desc, &call->plan, why);
+  if (st != QKV_OK) return st;
+  const Problem& p = call->plan.problem;
+  if (p.score != QKV_SCORE_DOT && p.score != QKV_SCORE_GAUSSIAN) {
+    return QKV_REFUSE(QKV_ERR_UNSUPPORTED, kWhyBackwardScore, nullptr,
+                      p.score);
+  }
+  if (call->plan.kv_dtype != QKV_DTYPE_F32) {
+    return QKV_REFUSE(QKV_ERR_UNSUPPORTED, kWhyBackwardDtype, nullptr,
+                      call->plan.kv_dtype);
+  }
+  return PlanBackward<kExplain>(call, why);
+}
+
+// A gradient laid out like its operand must not make two elements share
+// memory: the operand's strides must nest as an output's do.
+template <bool kExplain>
+bool GradientLayoutValid(int64_t sb, int64_t sh, int64_t st, int64_t n0,
+                         int64_t n1, int64_t n2, int64_t dim,
+                         const StrideCheck* names, Why* why) {
+  qkv_strides given = {sb, sh, st};
+  int64_t b, h, t, end;
+  return CheckStrides<kExplain>(given, n0, n1, n2, dim,
+                                kExplain ? names : nullptr, true, &b, &h, &t,
+                                &end, why) == QKV_OK;
+}
+
+// Validates a whole backward call; on QKV_OK `call` is ready to run.
+template <bool kExplain>
+qkv_status PrepareBackward(const qkv_attention_desc* desc, const float* q,
+                           const float* k, const float* v, const float* out,
+                           const float* lse, const float* d_out, float* d_q,
+                           float* d_k, float* d_v, void* workspace,
+                           size_t workspace_size, BackwardCall* call,
+                           Why* why) {
+  qkv_status st = MakeBackwardPlan<kExplain>(desc, call, why);
+  if (st == QKV_ERR_INVALID_ARGUMENT) return st;
+  Plan& plan = call->plan;
+  Problem& p = plan.problem;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.out = const_cast<float*>(out);  // read only: the forward's result
+  p.weights = nullptr;
+  p.lse = const_cast<float*>(lse);
+  call->grads.d_out = d_out;
+  call->grads.d_q = d_q;
+  call->grads.d_k = d_k;
+  call->grads.d_v = d_v;
+  const bool rows = !plan.empty;              // there are query rows
+  const bool keys = !plan.no_keys && p.batch > 0;  // there are key rows
+  // Required buffers.
+  const char* missing = nullptr;
+  if (rows && q == nullptr) missing = "q";
+  else if (rows && out == nullptr) missing = "out";
+  else if (rows && lse == nullptr) missing = "lse";
+  else if (rows && d_out == nullptr) missing = "d_out";
+  else if (rows && keys && k == nullptr) missing = "k";
+  else if (rows && keys && v == nullptr) missing = "v";
+  if (missing != nullptr) {
+    return QKV_INVALID(kWhyNullBuffer, missing);
+  }
+  // Gradient layouts.
+  if (rows && d_q != nullptr &&
+      !GradientLayoutValid<kExplain>(p.q_sb, p.q_sh, p.q_st, p.batch,
+                                     p.q_heads, p.q_len, p.head_dim,
+                                     &kQStrides, why)) {
+    return QKV_ERR_INVALID_ARGUMENT;
+  }
+  if (keys && d_k != nullptr &&
+      !GradientLayoutValid<kExplain>(p.k_sb, p.k_sh, p.k_st, p.batch,
+                                     p.kv_heads, p.kv_len, p.head_dim,
+                                     &kKStrides, why)) {
+    return QKV_ERR_INVALID_ARGUMENT;
+  }
+  if (keys && d_v != nullptr &&
+      !GradientLayoutValid<kExplain>(p.v_sb, p.v_sh, p.v_st, p.batch,
+                                     p.kv_heads, p.kv_len, p.value_dim,
+                                     &kVStrides, why)) {
+    return QKV_ERR_INVALID_ARGUMENT;
+  }
+  if (workspace == nullptr && workspace_size != 0) {
+    return QKV_INVALID(kWhyWorkspaceNull, nullptr, SizeArg(workspace_size));
+  }
+  // Overlaps: gradients against the inputs, each other and the workspace;
+  // the workspace against the inputs.
+  const int64_t nrows = rows ? p.batch * p.q_heads * p.q_len : 0;
+  const int64_t q_end = rows ? plan.q_end : 0;
+  const int64_t out_end = rows ? plan.out_end : 0;
+  const int64_t k_end = keys ? plan.k_end : 0;
+  const int64_t v_end = keys ? plan.v_end : 0;
+  const Range inputs[] = {RangeOf(q, q_end, 4),   RangeOf(k, k_end, 4),
+                          RangeOf(v, v_end, 4),   RangeOf(out, out_end, 4),
+                          RangeOf(lse, nrows, 4), RangeOf(d_out, out_end, 4)};
+  const char* in_names[] = {"q", "k", "v", "out", "lse", "d_out"};
+  const uintptr_t ws = reinterpret_cast<uintptr_t>(workspace);
+  const Range r_ws =
+      workspace_size == 0 ? Range{0, 0} : Range{ws, ws + workspace_size};
+  const Range outputs[] = {RangeOf(d_q, q_end, 4), RangeOf(d_k, k_end, 4),
+                           RangeOf(d_v, v_end, 4), r_ws};
+  const char* out_names[] = {"d_q", "d_k", "d_v", "workspace"};
+  for (size_t i = 0; i < 4; ++i) {
+    if (outputs[i].end == 0) continue;
+    for (size_t j = 0; j < 6; ++j) {
+      if (Overlap(outputs[i], inputs[j])) {
+        return QKV_INVALID(kWhyOverlap, out_names[i], 0, 0, 0, in_names[j]);
+      }
+    }
+    for (size_t j = i + 1; j < 4; ++j) {
+      if (Overlap(outputs[i], outputs[j])) {
+        return QKV_INVALID(kWhyOverlap, out_names[i], 0, 0, 0, out_names[j]);
+      }
+    }
+  }
+  if (st != QKV_OK) return st;
+  if (workspace_size < call->workspace) {
+    return QKV_REFUSE(QKV_ERR_WORKSPACE_TOO_SMALL, kWhyWorkspaceSmall,
+                      nullptr, SizeArg(workspace_size),
+                      SizeArg(call->workspace));
+  }
+  return QKV_OK;
+}
+
+struct BackwardContext {
+  const BackwardCall* call;
+  unsigned char* workers_base;
+};
+
+void RunOneBackwardTask(void* arg, size_t task, size_t worker) {
+  const BackwardContext* c = static_cast<const BackwardContext*>(arg);
+  const Plan& plan = c->call->plan;
+  if (worker >= plan.workers) return;  // a pool that breaks its contract
+  c->call->engine->run_task(plan.problem, c->call->grads, task,
+                            c->workers_base + worker * plan.per_worker);
+}
+
+// No queries (q_len 0) or no keys (kv_len 0): the gradients that exist are
+// zeros.
+void ZeroGradients(const BackwardCall& call) {
+  const Problem& p = call.plan.problem;
+  const Gradients& g = call.grads;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < p.q_heads && g.d_q != nullptr; ++h) {
+      for (int64_t i = 0; i < p.q_len; ++i) {
+        float* row = g.d_q + b * p.q_sb + h * p.q_sh + i * p.q_st;
+        for (int64_t c = 0; c < p.head_dim; ++c) row[c] = 0.0f;
+      }
+    }
+    for (int64_t h = 0; h < p.kv_heads; ++h) {
+      for (int64_t j = 0; j < p.kv_len; ++j) {
+        if (g.d_k != nullptr) {
+          float* row = g.d_k + b * p.k_sb + h * p.k_sh + j * p.k_st;
+          for (int64_t c = 0; c < p.head_dim; ++c) row[c] = 0.0f;
+        }
+        if (g.d_v != nullptr) {
+          float* row = g.d_v + b * p.v_sb + h * p.v_sh + j * p.v_st;
+          for (int64_t c = 0; c < p.value_dim; ++c) row[c] = 0.0f;
+        }
+      }
+    }
+  }
+}
+
+qkv_status RunBackward(const qkv_attention_desc* desc, const float* q,
+                       const float* k, const float* v, const float* out,
+                       const float* lse, const float* d_out, float* d_q,
+                       float* d_k, float* d_v, void* workspace,
+                       size_t workspace_size) {
+  BackwardCall call;
+  const qkv_status st = PrepareBackward<false>(
+      desc, q, k, v, out, lse, d_out, d_q, d_k, d_v, workspace,
+      workspace_size, &call, nullptr);
+  if (st != QKV_OK) return st;
+  const Plan& plan = call.plan;
+  if (plan.empty || plan.no_keys) {
+    ZeroGradients(call);
+    return QKV_OK;
+  }
+  unsigned char* base = nullptr;
+  if (call.workspace != 0) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(workspace);
+    const uintptr_t aligned =
+        (at + kWorkspaceAlign - 1) & ~(uintptr_t{kWorkspaceAlign} - 1);
+    base = static_cast<unsigned char*>(workspace) + (aligned - at);
+  }
+  const Problem& p = plan.problem;
+  const size_t tasks = static_cast<size_t>(p.batch * p.kv_heads);
+  if (plan.parallel_for == nullptr || tasks <= 1) {
+    for (size_t t = 0; t < tasks; ++t) {
+      call.engine->run_task(p, call.grads, t, base);
+    }
+  } else {
+    BackwardContext ctx = {&call, base};
+    plan.parallel_for(plan.parallel_ctx, tasks, &RunOneBackwardTask, &ctx);
+  }
+  return QKV_OK;
+}
+
 #undef QKV_INVALID
 #undef QKV_INVALID_F
 #undef QKV_REFUSE
@@ -985,6 +1234,40 @@ QKV_API qkv_status qkv_attention_explain(const qkv_attention_desc* desc,
       desc, q, k, v, const_cast<float*>(out), const_cast<float*>(weights),
       const_cast<float*>(lse), const_cast<void*>(workspace), workspace_size,
       false, &plan, &why);
+  qkv::Describe(why, st, message, message_size);
+  return st;
+}
+
+QKV_API size_t qkv_attention_backward_workspace_size(
+    const qkv_attention_desc* desc) {
+  qkv::BackwardCall call;
+  return qkv::MakeBackwardPlan<false>(desc, &call, nullptr) == QKV_OK
+             ? call.workspace
+             : 0;
+}
+
+QKV_API qkv_status qkv_attention_backward_f32(
+    const qkv_attention_desc* desc, const float* q, const float* k,
+    const float* v, const float* out, const float* lse, const float* d_out,
+    float* d_q, float* d_k, float* d_v, void* workspace,
+    size_t workspace_size) {
+  return qkv::RunBackward(desc, q, k, v, out, lse, d_out, d_q, d_k, d_v,
+                          workspace, workspace_size);
+}
+
+QKV_API qkv_status qkv_attention_backward_explain(
+    const qkv_attention_desc* desc, const float* q, const float* k,
+    const float* v, const float* out, const float* lse, const float* d_out,
+    const float* d_q, const float* d_k, const float* d_v,
+    const void* workspace, size_t workspace_size, char* message,
+    size_t message_size) {
+  qkv::BackwardCall call;
+  qkv::Why why;
+  memset(&why, 0, sizeof(why));
+  const qkv_status st = qkv::PrepareBackward<true>(
+      desc, q, k, v, out, lse, d_out, const_cast<float*>(d_q),
+      const_cast<float*>(d_k), const_cast<float*>(d_v),
+      const_cast<void*>(workspace), workspace_size, &call, &why);
   qkv::Describe(why, st, message, message_size);
   return st;
 }

@@ -45,6 +45,8 @@ enum Reason {
   kWhyDtypeUnserved,    // a: kv_dtype
   kWhyBackend,          // text: the name
   kWhyNoEngine,
+  kWhyBackwardScore,    // a: score (the backward pass: DOT and GAUSSIAN)
+  kWhyBackwardDtype,    // a: kv_dtype (the backward pass: F32)
   // QKV_ERR_WORKSPACE_TOO_SMALL
   kWhyWorkspaceSmall,   // a: given, b: needed
 };

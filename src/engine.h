@@ -114,6 +114,34 @@ struct Engine {
                    unsigned char* workspace);
 };
 
+// The backward pass (qkv_attention_backward_f32) of a Problem whose out and
+// lse are the forward call's results (const in fact; the Problem's pointers
+// are reused for them) and whose weights is NULL. Gradients are laid out
+// like their operands: d_q with q's strides, d_k with k's, d_v with v's,
+// d_out with out's. NULL: not wanted.
+struct Gradients {
+  const float* d_out;
+  float *d_q, *d_k, *d_v;
+};
+
+// One engine's backward pass, for DOT and GAUSSIAN scores and f32 K and V.
+// Task t is (batch t / kv_heads, kv head t % kv_heads): it owns that kv
+// head's d_k and d_v rows and its query heads' d_q rows, and writes each
+// exactly once, so results are bitwise identical under any schedule.
+struct BackwardEngine {
+  size_t (*workspace_per_worker)(const Problem& p);  // multiple of 64
+  void (*run_task)(const Problem& p, const Gradients& g, size_t task,
+                   unsigned char* workspace);
+};
+
+// The backward pass of an engine: its SIMD target's for the Highway and
+// xsimd engines, the portable one (src/reference/backward_ref.cc) for the
+// reference and Helium engines. In their own objects, so that a firmware
+// that never calls the backward pass links none of it.
+const BackwardEngine* ReferenceBackward();
+const BackwardEngine* HighwayBackward(const Engine* engine);  // NULL: not one
+const BackwardEngine* XsimdBackward(const Engine* engine);    // NULL: not one
+
 // The reference engine: plain C++, every score kind, used on
 // microcontrollers and as the fallback everywhere. kReferenceEngine is the
 // same object, named so that a constant table can hold its address.

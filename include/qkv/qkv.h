@@ -261,6 +261,54 @@ QKV_API qkv_status qkv_attention_explain(const qkv_attention_desc *desc,
                                          size_t message_size);
 
 /* ------------------------------------------------------------------------ */
+/* Gradients (added in 0.2)                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Bytes of workspace qkv_attention_backward_f32 needs for this descriptor
+ * (its shape, score, backend and num_workers; data pointers not read). 0
+ * when none is needed, and also when the descriptor is invalid for the
+ * backward pass (the call then reports why). */
+QKV_API size_t qkv_attention_backward_workspace_size(
+    const qkv_attention_desc *desc);
+
+/* The backward pass of qkv_attention_f32: given the forward call's out and
+ * lse (both required, as that call wrote them) and d_out = dLoss/d(out),
+ * writes d_q, d_k, d_v = dLoss/d(q), dLoss/d(k), dLoss/d(v). Each of d_q,
+ * d_k, d_v may be NULL to skip it; they are overwritten, not accumulated.
+ * d_k and d_v sum over the query heads of a GQA group; keys no query sees
+ * get 0. Layouts: d_q like q (q_strides), d_k like k (k_strides), d_v like
+ * v (v_strides), out and d_out like out (out_strides), lse dense; the gaps
+ * of strided layouts are never written. Gradient layouts must not make two
+ * elements share memory (a k broadcast over the batch with stride 0 has no
+ * d_k of its own: pass NULL). Score kinds DOT and GAUSSIAN with every mask
+ * and variant (causal, valid lens, bias, window, ALiBi, softcap, sinks,
+ * q_pos, kv_start) and GQA; the bias, ALiBi slopes and sinks are constants
+ * (no gradient). QKV_SCORE_ADDITIVE and kv_dtype other than F32:
+ * QKV_ERR_UNSUPPORTED. NULL out, lse or d_out, or any argument the forward
+ * call would refuse: QKV_ERR_INVALID_ARGUMENT; a short workspace:
+ * QKV_ERR_WORKSPACE_TOO_SMALL; in both cases nothing is written.
+ * Gradients must not overlap the inputs, each other or the workspace.
+ * Accuracy: each gradient within 1e-3 of its largest element's magnitude
+ * of the exact gradient of the attention the forward computed. No
+ * allocation; tasks run on desc's pool (one parallel_for call, one task
+ * per (batch, kv head)); bitwise identical for every num_workers and
+ * schedule. */
+QKV_API qkv_status qkv_attention_backward_f32(
+    const qkv_attention_desc *desc, const float *q, const float *k,
+    const float *v, const float *out, const float *lse, const float *d_out,
+    float *d_q, float *d_k, float *d_v, void *workspace, size_t workspace_size);
+
+/* What qkv_attention_backward_f32 would return for these arguments, without
+ * computing or writing anything, and why, as qkv_attention_explain says it
+ * for the forward call. */
+QKV_API qkv_status qkv_attention_backward_explain(
+    const qkv_attention_desc *desc, const float *q, const float *k,
+    const float *v, const float *out, const float *lse, const float *d_out,
+    const float *d_q, const float *d_k, const float *d_v,
+    const void *workspace, size_t workspace_size, char *message,
+    size_t message_size);
+
+/* ------------------------------------------------------------------------ */
 /* Filling a K/V cache (added in 0.2)                                       */
 /* ------------------------------------------------------------------------ */
 

@@ -13,6 +13,7 @@
 #define QKV_SIMD_NAMESPACE HWY_NAMESPACE
 #include "highway/ops_hwy-inl.h"
 #include "pipeline/flash-inl.h"
+#include "pipeline/backward-inl.h"
 
 // The target's name as a string literal (this file is compiled once per
 // target, so the macro is redefined each time).
@@ -56,6 +57,17 @@ const Engine* GetEngine() {
 
 const PipelineBlocks* GetBlocks() { return &Flash<Ops>::kBlocks; }
 
+// The backward pass of this target, with the forward's exp.
+struct FlashExp {
+  static HWY_INLINE Ops::V Apply(Ops::V x) {
+    return Flash<Ops>::ExpNonPositive(x);
+  }
+};
+
+const BackwardEngine* GetBackward() {
+  return &Backward<Ops, FlashExp>::kEngine;
+}
+
 // NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace HWY_NAMESPACE
 }  // namespace qkv
@@ -70,12 +82,16 @@ struct Candidate {
   int64_t target;
   const Engine* (*get)();
   const PipelineBlocks* (*blocks)();
+  const BackwardEngine* (*backward)();
 };
 
 // Best first. HWY_CHOOSE_* is nullptr for targets this build did not
 // compile.
 #define QKV_HWY_CANDIDATE(T) \
-  { HWY_##T, HWY_CHOOSE_##T(GetEngine), HWY_CHOOSE_##T(GetBlocks) }
+  {                                                                       \
+    HWY_##T, HWY_CHOOSE_##T(GetEngine), HWY_CHOOSE_##T(GetBlocks),        \
+        HWY_CHOOSE_##T(GetBackward)                                       \
+  }
 const Candidate kCandidates[] = {
     QKV_HWY_CANDIDATE(AVX3_DL),
     QKV_HWY_CANDIDATE(AVX3),
@@ -87,10 +103,12 @@ const Candidate kCandidates[] = {
     QKV_HWY_CANDIDATE(NEON),
     QKV_HWY_CANDIDATE(WASM),
 #if HWY_TARGETS & HWY_EMU128
-    {HWY_EMU128, &N_EMU128::GetEngine, &N_EMU128::GetBlocks},
+    {HWY_EMU128, &N_EMU128::GetEngine, &N_EMU128::GetBlocks,
+     &N_EMU128::GetBackward},
 #endif
 #if HWY_TARGETS & HWY_SCALAR
-    {HWY_SCALAR, &N_SCALAR::GetEngine, &N_SCALAR::GetBlocks},
+    {HWY_SCALAR, &N_SCALAR::GetEngine, &N_SCALAR::GetBlocks,
+     &N_SCALAR::GetBackward},
 #endif
 };
 #undef QKV_HWY_CANDIDATE
@@ -100,6 +118,13 @@ const Candidate kCandidates[] = {
 const PipelineBlocks* HighwayBlocks(const Engine* engine) {
   for (const Candidate& c : kCandidates) {
     if (c.get != nullptr && c.get() == engine) return c.blocks();
+  }
+  return nullptr;
+}
+
+const BackwardEngine* HighwayBackward(const Engine* engine) {
+  for (const Candidate& c : kCandidates) {
+    if (c.get != nullptr && c.get() == engine) return c.backward();
   }
   return nullptr;
 }

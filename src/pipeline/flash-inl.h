@@ -72,6 +72,7 @@ namespace QKV_SIMD_NAMESPACE {
 
 template <class O>
 struct Flash {
+  using Ops = O;
   using V = typename O::V;
 
   // exp(x) for the arguments softmax has here: x <= 0, or -inf. Results

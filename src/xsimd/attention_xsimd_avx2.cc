@@ -6,6 +6,7 @@
 #define QKV_SIMD_NAMESPACE xsimd_avx2
 #define QKV_XSIMD_LIBRARY_NAMESPACE xsimd_avx2_library
 #include "engine.h"
+#include "pipeline/backward-inl.h"
 #include "pipeline/flash-inl.h"
 #include "tiling.h"
 #include "xsimd/ops_xsimd-inl.h"
@@ -23,5 +24,15 @@ const Engine* XsimdAvx2Engine() {
 }
 
 const PipelineBlocks* XsimdAvx2Blocks() { return &Kernel::kBlocks; }
+
+namespace {
+struct KernelExp {
+  static Kernel::V Apply(Kernel::V x) { return Kernel::ExpNonPositive(x); }
+};
+}  // namespace
+
+const BackwardEngine* XsimdAvx2Backward() {
+  return &xsimd_avx2::Backward<Kernel::Ops, KernelExp>::kEngine;
+}
 
 }  // namespace qkv

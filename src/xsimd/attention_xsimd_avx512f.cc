@@ -12,6 +12,7 @@
 #define QKV_SIMD_NAMESPACE xsimd_avx512f
 #define QKV_XSIMD_LIBRARY_NAMESPACE xsimd_avx512f_library
 #include "engine.h"
+#include "pipeline/backward-inl.h"
 #include "pipeline/flash-inl.h"
 #include "tiling.h"
 #include "xsimd/ops_xsimd-inl.h"
@@ -28,5 +29,15 @@ const Engine* XsimdAvx512fEngine() {
 }
 
 const PipelineBlocks* XsimdAvx512fBlocks() { return &Kernel::kBlocks; }
+
+namespace {
+struct KernelExp {
+  static Kernel::V Apply(Kernel::V x) { return Kernel::ExpNonPositive(x); }
+};
+}  // namespace
+
+const BackwardEngine* XsimdAvx512fBackward() {
+  return &xsimd_avx512f::Backward<Kernel::Ops, KernelExp>::kEngine;
+}
 
 }  // namespace qkv

@@ -6,6 +6,7 @@
 #define QKV_SIMD_NAMESPACE xsimd_sse4_2
 #define QKV_XSIMD_LIBRARY_NAMESPACE xsimd_sse4_2_library
 #include "engine.h"
+#include "pipeline/backward-inl.h"
 #include "pipeline/flash-inl.h"
 #include "tiling.h"
 #include "xsimd/ops_xsimd-inl.h"
@@ -22,5 +23,15 @@ const Engine* XsimdSse42Engine() {
 }
 
 const PipelineBlocks* XsimdSse42Blocks() { return &Kernel::kBlocks; }
+
+namespace {
+struct KernelExp {
+  static Kernel::V Apply(Kernel::V x) { return Kernel::ExpNonPositive(x); }
+};
+}  // namespace
+
+const BackwardEngine* XsimdSse42Backward() {
+  return &xsimd_sse4_2::Backward<Kernel::Ops, KernelExp>::kEngine;
+}
 
 }  // namespace qkv

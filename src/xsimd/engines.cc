@@ -26,22 +26,27 @@ namespace qkv {
 #if QKV_XSIMD_AVX512F
 const Engine* XsimdAvx512fEngine();
 const PipelineBlocks* XsimdAvx512fBlocks();
+const BackwardEngine* XsimdAvx512fBackward();
 #endif
 #if QKV_XSIMD_AVX2
 const Engine* XsimdAvx2Engine();
 const PipelineBlocks* XsimdAvx2Blocks();
+const BackwardEngine* XsimdAvx2Backward();
 #endif
 #if QKV_XSIMD_SSE4_2
 const Engine* XsimdSse42Engine();
 const PipelineBlocks* XsimdSse42Blocks();
+const BackwardEngine* XsimdSse42Backward();
 #endif
 #if QKV_XSIMD_NEON64
 const Engine* XsimdNeon64Engine();
 const PipelineBlocks* XsimdNeon64Blocks();
+const BackwardEngine* XsimdNeon64Backward();
 #endif
 #if QKV_XSIMD_NEON
 const Engine* XsimdNeonEngine();
 const PipelineBlocks* XsimdNeonBlocks();
+const BackwardEngine* XsimdNeonBackward();
 #endif
 
 const PipelineBlocks* XsimdBlocks(const Engine* engine) {
@@ -59,6 +64,26 @@ const PipelineBlocks* XsimdBlocks(const Engine* engine) {
 #endif
 #if QKV_XSIMD_NEON
   if (engine == XsimdNeonEngine()) return XsimdNeonBlocks();
+#endif
+  (void)engine;
+  return nullptr;
+}
+
+const BackwardEngine* XsimdBackward(const Engine* engine) {
+#if QKV_XSIMD_AVX512F
+  if (engine == XsimdAvx512fEngine()) return XsimdAvx512fBackward();
+#endif
+#if QKV_XSIMD_AVX2
+  if (engine == XsimdAvx2Engine()) return XsimdAvx2Backward();
+#endif
+#if QKV_XSIMD_SSE4_2
+  if (engine == XsimdSse42Engine()) return XsimdSse42Backward();
+#endif
+#if QKV_XSIMD_NEON64
+  if (engine == XsimdNeon64Engine()) return XsimdNeon64Backward();
+#endif
+#if QKV_XSIMD_NEON
+  if (engine == XsimdNeonEngine()) return XsimdNeonBackward();
 #endif
   (void)engine;
   return nullptr;

@@ -6,6 +6,12 @@
     out, w = qkv.attention(q, k, v, causal=True, return_weights=True)
     out8 = qkv.attention(q, k, v, causal=True, kv_dtype="int8")  # an int8 K/V cache
     qkv.show_heatmaps(w[:, :2], xlabel="Keys", ylabel="Queries", path="w.png")
+    out, lse = qkv.attention(q, k, v, causal=True, return_lse=True)
+    d_q, d_k, d_v = qkv.attention_backward(q, k, v, out, lse, np.ones_like(out), causal=True)
+
+qkv.attention_backward gives the gradients; qkv.torch.attention (import
+qkv.torch: it needs PyTorch, `import qkv` alone does not) is attention as a
+torch.autograd.Function, to train with.
 
 No compiled extension: the package loads the shared library (libqkv.so.0)
 with ctypes, mirrors qkv_attention_desc as a ctypes.Structure, and passes
@@ -29,6 +35,7 @@ import operator
 import os
 import sys
 import sysconfig
+import types
 
 import numpy as np
 
@@ -37,6 +44,7 @@ __all__ = [
     "QkvInvalidArgument",
     "QkvUnsupported",
     "attention",
+    "attention_backward",
     "backend",
     "backends",
     "library_path",
@@ -253,6 +261,14 @@ def _bind(lib):
                                       ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                       ctypes.c_int64, ctypes.c_void_p]
     lib.qkv_quantize_rows.restype = ctypes.c_int
+    # The backward pass (0.2): a library built before it still loads, and
+    # attention_backward() says what is missing.
+    if hasattr(lib, "qkv_attention_backward_f32"):
+        lib.qkv_attention_backward_workspace_size.argtypes = [ctypes.POINTER(_Desc)]
+        lib.qkv_attention_backward_workspace_size.restype = ctypes.c_size_t
+        lib.qkv_attention_backward_f32.argtypes = ([ctypes.POINTER(_Desc)] + [ctypes.c_void_p] * 10
+                                                   + [ctypes.c_size_t])
+        lib.qkv_attention_backward_f32.restype = ctypes.c_int
 
 
 try:
@@ -545,102 +561,21 @@ def _kv_operand(name, a, scales, kv_dtype):
                      '%s holds a non-finite value: kv_dtype="int8" needs finite values' % name)
 
 
-def attention(q, k, v, *, scale=None, causal=False, valid_lens=None, bias=None,
-              score="dot", additive=None, window=None, alibi_slopes=None, softcap=None,
-              sinks=None, q_pos=None, kv_start=None, kv_dtype=None, k_scales=None,
-              v_scales=None, out=None, return_weights=False, return_lse=False, backend=None):
-    """softmax(a(q, k) + mask) v with libqkv (qkv_attention).
+def _describe(q, k, v, scale, causal, valid_lens, bias, score, additive, window,
+              alibi_slopes, softcap, sinks, q_pos, kv_start, kv_dtype, k_scales, v_scales,
+              backend):
+    """The checks and the descriptor shared by attention() and attention_backward().
 
-    q: [Lq, D], [H, Lq, D] or [B, H, Lq, D]; k: the same rank with Hkv kv
-    heads ([Lk, D], [Hkv, Lk, D], [B, Hkv, Lk, D]) where Hkv divides H (query
-    head h reads kv head h // (H // Hkv)); v: like k with its own last dim Dv.
-    B, Lq and Lk may be 0 (Lk 0: every row sees no key).
-
-    Layouts: float32 q, k and v are read where they lie, any numpy view
-    whose last dim is contiguous and whose other strides are non-negative
-    multiples of 4 bytes, passed to the library as its strides, not copied:
-    a token-major cache [B, Lk, Hkv, D] as cache.transpose(0, 2, 1, 3), the
-    first Lk rows of a cache with spare capacity, np.broadcast_to of one
-    cache over the batch (stride 0). Other views are copied.
-
-    dtypes: float32 q, k, v give float32 results; if any of them is
-    float64 (numpy's dtype for it: Python floats and lists of them count),
-    out, weights and lse are float64 but computed in float32: the inputs
-    are converted, the accuracy is float32's. Other real dtypes are
-    converted to float32 and give float32 results.
-
-    Low-precision K/V caches: kv_dtype "f16", "bf16" or "int8" (None or
-    "f32": float32) has the library read k and v in that element type; q,
-    out, weights and lse stay float32. Each of k and v is either a float
-    array, quantized here with qkv.quantize_rows (int8: one scale per row),
-    or an array already in the stored type, read where it lies (any view
-    as for float32 above, strides in its own elements): np.float16 for
-    "f16", np.uint16 holding the bfloat16 bits for "bf16", np.int8 for
-    "int8" with k_scales and v_scales, float [..., Lk] (k's and v's shapes
-    without the last dim): element = scale * int8 value. Scale views are
-    read in place too (cache_scales[:, :Lk].transpose(0, 2, 1) for the
-    scales of a token-major cache [B, capacity, Hkv]). Quantizing here or
-    passing qkv.quantize_rows' arrays gives the same bits. Accuracy: that
-    of float32 attention over the dequantized k and v (the quantization
-    error itself comes on top). int8 needs finite values to quantize; f16
-    turns |x| >= 65520 into inf (inf keys make NaN scores).
-
-    Position of query i of batch b: p = q_pos[b] + i, or Lk - Lq + i
-    without q_pos. Masks (a key is visible iff every one given allows it):
-    causal: key j visible iff j <= p (bottom-right aligned without q_pos).
-    valid_lens: [B] or [B, Lq] integers in [0, Lk]: j < valid length (a
-        scalar is taken for every batch).
-    window: (left, right): p - left <= j <= p + right; a side that is
-        negative or None is unbounded. None: no window. Mistral's 4096
-        window is (4095, 0).
-    kv_start: [B] integers in [0, Lk] (an int: every batch): j >= kv_start[b],
-        the keys of a left-padded batch before it are hidden from every
-        query and head.
-    bias: anything that broadcasts to [B, H, Lq, Lk] (-inf hides a key);
-        broadcast dims cost no copy when the [Lq, Lk] block is dense float32.
-    q_pos: [B] int32 positions of each batch's first query (an int: every
-        batch; negative and past Lk allowed). A ragged batch: valid_lens
-        with q_pos = valid_lens - Lq.
-
-    Scores: score "dot" (scale * q.k), "gaussian" (-scale * |q - k|^2) or
-    "additive" (w_v . tanh(W_q q + W_k k)) with additive=(W_q, W_k, w_v),
-    W_q and W_k [hidden, D], w_v [hidden]. scale: None means 1/sqrt(D);
-    0 gives uniform weights; Nadaraya-Watson is "gaussian" with 0.5. Then:
-    softcap: None or 0 off; c > 0 replaces the score s by c * tanh(s / c)
-        (Gemma 2), before bias and ALiBi.
-    alibi_slopes: [H] (a number: every head) adds -slope[h] * |p - j|.
-    sinks: [H] (a number: every head), a logit in each softmax denominator
-        that carries no value (gpt-oss): weights_j = exp(s_j) / (exp(sink)
-        + sum of exp(s) over the visible keys); -inf: no sink for that head.
-
-    out: None, or an array of the result's shape (q's with the last dim Dv)
-        to write into and return. A float32 view the library can address
-        (as for q above) is written in place and only its elements are
-        touched (the gaps of a strided view stay as they were); anything
-        else is filled from a temporary. It must not overlap q, k or v.
-    backend: None for the default (qkv.backend()), or a name from
-        qkv.backends() to force one.
-
-    Returns out; with return_weights and/or return_lse a tuple (out,
-    weights), (out, lse) or (out, weights, lse): weights shaped like q with
-    the last dim Lk (0 for hidden keys), lse shaped like q without its last
-    dim, the natural log of the sum of exp of each row's visible scores and
-    its sink (-inf for a row that sees no key and has no sink, whose out
-    and weights are 0). (out, lse) of calls over disjoint key sets combine
-    with qkv.merge into the result over all their keys.
-
-    Errors: a bad shape or dtype raises ValueError or TypeError naming it
-    (also: int8 k or v without their scales, scales of the wrong shape or
-    with any other kv_dtype, an integer k or v that is not kv_dtype's type);
-    a status other than QKV_OK raises QkvError with the library's sentence
-    naming the field and its value (qkv_attention_explain), e.g. "softcap
-    (-1) is negative": QKV_ERR_INVALID_ARGUMENT as QkvInvalidArgument (also
-    a ValueError), QKV_ERR_UNSUPPORTED as QkvUnsupported (also a
-    NotImplementedError). Nothing is written to out then.
+    Checks q, k, v and the options (ValueError, TypeError), converts and
+    quantizes as attention()'s docstring says, and fills a _Desc with every
+    field but out_strides (dense, all 0, until the caller sets it). Returns
+    a namespace: desc; keep (the arrays the descriptor points into: hold it
+    until the call returns); q (as converted), q4, k4, v4 (the 4-D arrays to
+    pass); wide (a float64 input); batch, heads, kv_heads, lq, lk, d, dv;
+    kv_dtype (the name, "f32" for None) and score (its lower-case name).
     """
     q, k, v = _real("q", q), _real("k", k), _real("v", v)
     wide = any(a.dtype == np.float64 for a in (q, k, v))
-    result_dtype = np.float64 if wide else np.float32
     if kv_dtype is None:
         kv_dtype = "f32"
     if not isinstance(kv_dtype, str) or kv_dtype not in _QUANTIZED:
@@ -786,7 +721,110 @@ def attention(q, k, v, *, scale=None, causal=False, valid_lens=None, bias=None,
         name = backend.encode() if isinstance(backend, str) else bytes(backend)
         keep.append(name)
         desc.backend = name
+    return types.SimpleNamespace(
+        desc=desc, keep=keep, q=q, q4=q4, k4=k4, v4=v4, wide=wide, batch=batch, heads=heads,
+        kv_heads=kv_heads, lq=lq, lk=lk, d=d, dv=dv, kv_dtype=kv_dtype, score=score_key)
 
+
+def attention(q, k, v, *, scale=None, causal=False, valid_lens=None, bias=None,
+              score="dot", additive=None, window=None, alibi_slopes=None, softcap=None,
+              sinks=None, q_pos=None, kv_start=None, kv_dtype=None, k_scales=None,
+              v_scales=None, out=None, return_weights=False, return_lse=False, backend=None):
+    """softmax(a(q, k) + mask) v with libqkv (qkv_attention).
+
+    q: [Lq, D], [H, Lq, D] or [B, H, Lq, D]; k: the same rank with Hkv kv
+    heads ([Lk, D], [Hkv, Lk, D], [B, Hkv, Lk, D]) where Hkv divides H (query
+    head h reads kv head h // (H // Hkv)); v: like k with its own last dim Dv.
+    B, Lq and Lk may be 0 (Lk 0: every row sees no key).
+
+    Layouts: float32 q, k and v are read where they lie, any numpy view
+    whose last dim is contiguous and whose other strides are non-negative
+    multiples of 4 bytes, passed to the library as its strides, not copied:
+    a token-major cache [B, Lk, Hkv, D] as cache.transpose(0, 2, 1, 3), the
+    first Lk rows of a cache with spare capacity, np.broadcast_to of one
+    cache over the batch (stride 0). Other views are copied.
+
+    dtypes: float32 q, k, v give float32 results; if any of them is
+    float64 (numpy's dtype for it: Python floats and lists of them count),
+    out, weights and lse are float64 but computed in float32: the inputs
+    are converted, the accuracy is float32's. Other real dtypes are
+    converted to float32 and give float32 results.
+
+    Low-precision K/V caches: kv_dtype "f16", "bf16" or "int8" (None or
+    "f32": float32) has the library read k and v in that element type; q,
+    out, weights and lse stay float32. Each of k and v is either a float
+    array, quantized here with qkv.quantize_rows (int8: one scale per row),
+    or an array already in the stored type, read where it lies (any view
+    as for float32 above, strides in its own elements): np.float16 for
+    "f16", np.uint16 holding the bfloat16 bits for "bf16", np.int8 for
+    "int8" with k_scales and v_scales, float [..., Lk] (k's and v's shapes
+    without the last dim): element = scale * int8 value. Scale views are
+    read in place too (cache_scales[:, :Lk].transpose(0, 2, 1) for the
+    scales of a token-major cache [B, capacity, Hkv]). Quantizing here or
+    passing qkv.quantize_rows' arrays gives the same bits. Accuracy: that
+    of float32 attention over the dequantized k and v (the quantization
+    error itself comes on top). int8 needs finite values to quantize; f16
+    turns |x| >= 65520 into inf (inf keys make NaN scores).
+
+    Position of query i of batch b: p = q_pos[b] + i, or Lk - Lq + i
+    without q_pos. Masks (a key is visible iff every one given allows it):
+    causal: key j visible iff j <= p (bottom-right aligned without q_pos).
+    valid_lens: [B] or [B, Lq] integers in [0, Lk]: j < valid length (a
+        scalar is taken for every batch).
+    window: (left, right): p - left <= j <= p + right; a side that is
+        negative or None is unbounded. None: no window. Mistral's 4096
+        window is (4095, 0).
+    kv_start: [B] integers in [0, Lk] (an int: every batch): j >= kv_start[b],
+        the keys of a left-padded batch before it are hidden from every
+        query and head.
+    bias: anything that broadcasts to [B, H, Lq, Lk] (-inf hides a key);
+        broadcast dims cost no copy when the [Lq, Lk] block is dense float32.
+    q_pos: [B] int32 positions of each batch's first query (an int: every
+        batch; negative and past Lk allowed). A ragged batch: valid_lens
+        with q_pos = valid_lens - Lq.
+
+    Scores: score "dot" (scale * q.k), "gaussian" (-scale * |q - k|^2) or
+    "additive" (w_v . tanh(W_q q + W_k k)) with additive=(W_q, W_k, w_v),
+    W_q and W_k [hidden, D], w_v [hidden]. scale: None means 1/sqrt(D);
+    0 gives uniform weights; Nadaraya-Watson is "gaussian" with 0.5. Then:
+    softcap: None or 0 off; c > 0 replaces the score s by c * tanh(s / c)
+        (Gemma 2), before bias and ALiBi.
+    alibi_slopes: [H] (a number: every head) adds -slope[h] * |p - j|.
+    sinks: [H] (a number: every head), a logit in each softmax denominator
+        that carries no value (gpt-oss): weights_j = exp(s_j) / (exp(sink)
+        + sum of exp(s) over the visible keys); -inf: no sink for that head.
+
+    out: None, or an array of the result's shape (q's with the last dim Dv)
+        to write into and return. A float32 view the library can address
+        (as for q above) is written in place and only its elements are
+        touched (the gaps of a strided view stay as they were); anything
+        else is filled from a temporary. It must not overlap q, k or v.
+    backend: None for the default (qkv.backend()), or a name from
+        qkv.backends() to force one.
+
+    Returns out; with return_weights and/or return_lse a tuple (out,
+    weights), (out, lse) or (out, weights, lse): weights shaped like q with
+    the last dim Lk (0 for hidden keys), lse shaped like q without its last
+    dim, the natural log of the sum of exp of each row's visible scores and
+    its sink (-inf for a row that sees no key and has no sink, whose out
+    and weights are 0). (out, lse) of calls over disjoint key sets combine
+    with qkv.merge into the result over all their keys.
+
+    Errors: a bad shape or dtype raises ValueError or TypeError naming it
+    (also: int8 k or v without their scales, scales of the wrong shape or
+    with any other kv_dtype, an integer k or v that is not kv_dtype's type);
+    a status other than QKV_OK raises QkvError with the library's sentence
+    naming the field and its value (qkv_attention_explain), e.g. "softcap
+    (-1) is negative": QKV_ERR_INVALID_ARGUMENT as QkvInvalidArgument (also
+    a ValueError), QKV_ERR_UNSUPPORTED as QkvUnsupported (also a
+    NotImplementedError). Nothing is written to out then.
+    """
+    c = _describe(q, k, v, scale, causal, valid_lens, bias, score, additive, window,
+                  alibi_slopes, softcap, sinks, q_pos, kv_start, kv_dtype, k_scales, v_scales,
+                  backend)
+    desc, keep, q, q4, k4, v4 = c.desc, c.keep, c.q, c.q4, c.k4, c.v4
+    wide, lk, dv = c.wide, c.lk, c.dv
+    result_dtype = np.float64 if wide else np.float32
     shape = q.shape[:-1] + (dv,)
     if out is None:
         result = np.empty(shape, dtype=result_dtype)
@@ -819,7 +857,7 @@ def attention(q, k, v, *, scale=None, causal=False, valid_lens=None, bias=None,
     status = _lib.qkv_attention(*args)
     if status != QKV_OK:
         raise _status_error(status, "qkv_attention", _explain(args))
-    del keep, tensors, args
+    del keep, args
     if target is not result:
         np.copyto(result, target)
     if wide:
@@ -828,6 +866,111 @@ def attention(q, k, v, *, scale=None, causal=False, valid_lens=None, bias=None,
     if not (return_weights or return_lse):
         return result
     return (result,) + ((weights,) if return_weights else ()) + ((lse,) if return_lse else ())
+
+
+def attention_backward(q, k, v, out, lse, d_out, *, scale=None, causal=False, valid_lens=None,
+                       bias=None, score="dot", additive=None, window=None, alibi_slopes=None,
+                       softcap=None, sinks=None, q_pos=None, kv_start=None, kv_dtype=None,
+                       k_scales=None, v_scales=None, backend=None, wrt="qkv"):
+    """Gradients of attention() (qkv_attention_backward_f32): (d_q, d_k, d_v).
+
+        out, lse = qkv.attention(q, k, v, causal=True, return_lse=True)
+        d_out = ...                                    # dLoss/d(out), out's shape
+        d_q, d_k, d_v = qkv.attention_backward(q, k, v, out, lse, d_out, causal=True)
+
+    q, k, v and the options are those of the attention() call that gave out
+    and lse (its return_lse=True result), with the same meaning and shapes:
+    [Lq, D], [H, Lq, D] or [B, H, Lq, D] and the like for k and v. out and
+    d_out are out's shape (q's with the last dim Dv), lse q's shape without
+    the last dim. The library reuses out and lse instead of recomputing the
+    forward pass: they must be what attention() returned for these inputs
+    and options, or the gradients mean nothing.
+
+    Returns float32 arrays d_q, d_k, d_v shaped like q, k and v, the
+    derivatives of Loss with respect to them, new arrays, whatever the
+    input dtypes (float64 included: all of it runs in float32). wrt names
+    the ones to compute, any of "q", "k", "v" ("qkv": all, "kv": d_k and
+    d_v); the others are returned as None and cost nothing. d_k and d_v
+    sum over the query heads that share a kv head (GQA); keys that no query
+    sees get 0, and a query that sees no key gets d_q 0. bias,
+    alibi_slopes and sinks are constants: they get no gradient.
+
+    Every score and mask of attention() but one: score "dot" and
+    "gaussian" with causal, valid_lens, bias, window, kv_start, q_pos,
+    alibi_slopes, softcap and sinks, GQA. score="additive" and any kv_dtype
+    but None or "f32" raise QkvUnsupported (also a NotImplementedError):
+    there is no backward pass for them. Inputs of any real dtype and any
+    strides are made dense float32 copies (one each, as needed). Accuracy:
+    each gradient within 1e-3 of the largest magnitude of the exact
+    gradient of the attention the forward computed.
+
+    Errors: a bad shape or dtype raises ValueError or TypeError naming it;
+    a status other than QKV_OK raises QkvError as attention() does, with
+    the field and value the forward call would refuse when there is one.
+    qkv.torch.attention wraps this pair as a torch.autograd.Function.
+    """
+    if not hasattr(_lib, "qkv_attention_backward_f32"):
+        raise RuntimeError("qkv.attention_backward: %s does not export "
+                           "qkv_attention_backward_f32; rebuild or reinstall libqkv"
+                           % library_path)
+    which = set(wrt)
+    if not which <= set("qkv"):
+        raise ValueError('wrt must name any of "q", "k" and "v" (e.g. "qkv", "kv"), got %r'
+                         % (wrt,))
+    if kv_dtype is not None and kv_dtype != "f32":
+        if not isinstance(kv_dtype, str) or kv_dtype not in _QUANTIZED:
+            raise ValueError('kv_dtype must be None, "f32", "f16", "bf16" or "int8", got %r'
+                             % (kv_dtype,))
+        raise _status_error(QKV_ERR_UNSUPPORTED, "qkv_attention_backward_f32",
+                            "kv_dtype %r: the backward pass reads float32 k and v only"
+                            % (kv_dtype,))
+    q, k, v = _as_f32("q", q), _as_f32("k", k), _as_f32("v", v)
+    c = _describe(q, k, v, scale, causal, valid_lens, bias, score, additive, window,
+                  alibi_slopes, softcap, sinks, q_pos, kv_start, kv_dtype, k_scales, v_scales,
+                  backend)
+    out, lse, d_out = _as_f32("out", out), _as_f32("lse", lse), _as_f32("d_out", d_out)
+    out_shape = q.shape[:-1] + (c.dv,)
+    for name, a, want, what in (("out", out, out_shape, "q's shape with the last dim Dv"),
+                                ("d_out", d_out, out_shape, "out's shape"),
+                                ("lse", lse, q.shape[:-1], "q's shape without the last dim")):
+        if a.shape != want:
+            raise ValueError("%s is %s but must be %s, %s" % (name, list(a.shape), what,
+                                                              list(want)))
+    d_q = np.empty(q.shape, dtype=np.float32) if "q" in which else None
+    d_k = np.empty(k.shape, dtype=np.float32) if "k" in which else None
+    d_v = np.empty(v.shape, dtype=np.float32) if "v" in which else None
+    desc = c.desc
+    nbytes = _lib.qkv_attention_backward_workspace_size(ctypes.byref(desc))
+    workspace = np.empty(nbytes, dtype=np.uint8) if nbytes else None
+    args = (ctypes.byref(desc), _ptr(c.q4), _ptr(c.k4), _ptr(c.v4), _ptr(out), _ptr(lse),
+            _ptr(d_out), _ptr(d_q), _ptr(d_k), _ptr(d_v), _ptr(workspace), nbytes)
+    status = _lib.qkv_attention_backward_f32(*args)
+    if status != QKV_OK:
+        raise _status_error(status, "qkv_attention_backward_f32",
+                            _backward_detail(c, status, out, lse))
+    del args
+    # Nothing to differentiate: no query (B or Lq 0) leaves d_k and d_v 0,
+    # no key (Lk 0) leaves d_q 0, whatever the library did with them.
+    if c.batch == 0 or c.lq == 0:
+        for g in (d_k, d_v):
+            if g is not None:
+                g[...] = 0
+    if c.lk == 0 and d_q is not None:
+        d_q[...] = 0
+    return d_q, d_k, d_v
+
+
+def _backward_detail(c, status, out, lse):
+    """Why qkv_attention_backward_f32 refused: the forward's reason, if any."""
+    nbytes = _lib.qkv_attention_workspace_size(ctypes.byref(c.desc))
+    workspace = np.empty(nbytes, dtype=np.uint8) if nbytes else None
+    detail = _explain((ctypes.byref(c.desc), _ptr(c.q4), _ptr(c.k4), _ptr(c.v4), _ptr(out),
+                       None, _ptr(lse), _ptr(workspace), nbytes))
+    if detail and detail != "ok":
+        return detail
+    if status == QKV_ERR_UNSUPPORTED and c.score == "additive":
+        return 'score "additive" has no backward pass'
+    return None
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,512 @@
+// The backward pass of attention, written once: Backward<O, Exp> for a
+// vector-operations layer O (the SIMD engines' HwyOps / XsimdOps, or
+// ScalarOps for the reference engine) and an exp for arguments <= 0.
+//
+// FlashAttention-2's backward, with the loops arranged so that no two tasks
+// write the same element: a task owns one (batch, kv head), walks its keys
+// in blocks of Bk (>= 64), and for each block visits the rows of every
+// query head of the GQA group in blocks of 32:
+//
+//   s   = epilogue(factor * a(q, k))      recomputed, as the forward did
+//   P   = exp(s - lse)                    the forward's weights (lse given)
+//   dP  = dO . v                          per (row, key)
+//   G   = P (dP - D) * softcap'           D = dO . out, per row
+//   dV += P^T dO,  dK += G^T Q,  dQ += G K      (GAUSSIAN: G (k - q), ...)
+//
+// dK and dV of a key block are complete when its rows are done and are
+// written once; dQ accumulates over the key blocks in the worker's
+// workspace, in key order, and is written at the end. The matrix products
+// are register tiles of 4 rows by 2 vectors; the operands they stream
+// (K^T, V^T, Q and dO rows) are copied into the workspace padded with zeros
+// to whole tiles, so no tile ever reads past a row or needs a tail.
+//
+// The includer has included engine.h and defined QKV_SIMD_NAMESPACE (and,
+// for the SIMD engines, the ops layer). Per-target include guard
+// (Highway's convention).
+#if defined(QKV_PIPELINE_BACKWARD_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QKV_PIPELINE_BACKWARD_INL_H_
+#undef QKV_PIPELINE_BACKWARD_INL_H_
+#else
+#define QKV_PIPELINE_BACKWARD_INL_H_
+#endif
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "engine.h"
+#include "semantics.h"
+
+#ifndef QKV_SIMD_NAMESPACE
+#error "define QKV_SIMD_NAMESPACE (the per-target namespace) first"
+#endif
+
+#ifdef HWY_BEFORE_NAMESPACE
+HWY_BEFORE_NAMESPACE();
+#endif
+namespace qkv {
+namespace QKV_SIMD_NAMESPACE {
+
+template <class O, class Exp>
+struct Backward {
+  using V = typename O::V;
+
+  static constexpr int64_t kRowBlock = 32;  // query rows per step
+  static constexpr int64_t kTile = 4;       // rows of a register tile
+
+  static int64_t Lanes() { return static_cast<int64_t>(O::Lanes()); }
+  // Columns of a register tile (two vectors), and n rounded up to them.
+  static int64_t Width() { return 2 * Lanes(); }
+  static int64_t Pad(int64_t n) { return (n + Width() - 1) / Width() * Width(); }
+  static int64_t PadFloats(int64_t n) { return (n + 15) / 16 * 16; }  // 64 B
+
+  // The worker's workspace, in floats from its start (each part 64-byte
+  // aligned).
+  struct Layout {
+    int64_t rows, dp, dvp, bk;
+    int64_t dq, dvec, lse, lo, hi, kb, kt, vt, dkb, dvb, qb, dob, s, dpm, tt;
+    int64_t total;
+  };
+
+  static Layout LayoutOf(const Problem& p) {
+    Layout l;
+    l.rows = p.group * p.q_len;
+    l.dp = Pad(p.head_dim);
+    l.dvp = Pad(p.value_dim);
+    l.bk = Pad(64);
+    int64_t at = 0;
+    auto take = [&at](int64_t n) {
+      const int64_t where = at;
+      at += PadFloats(n);
+      return where;
+    };
+    // dQ's rows padded to whole register tiles (the last row block's).
+    l.dq = take((l.rows + kTile - 1) / kTile * kTile * l.dp);
+    l.dvec = take(l.rows);
+    l.lse = take(l.rows);
+    l.lo = take(p.q_len);  // int32
+    l.hi = take(p.q_len);  // int32
+    l.kb = take(l.bk * l.dp);
+    l.kt = take(p.head_dim * l.bk);
+    l.vt = take(p.value_dim * l.bk);
+    l.dkb = take(l.bk * l.dp);
+    l.dvb = take(l.bk * l.dvp);
+    l.qb = take(kRowBlock * l.dp);
+    l.dob = take(kRowBlock * l.dvp);
+    l.s = take(kRowBlock * l.bk);
+    l.dpm = take(kRowBlock * l.bk);
+    l.tt = take(kRowBlock * l.bk);
+    l.total = at;
+    return l;
+  }
+
+  static size_t WorkspacePerWorker(const Problem& p) {
+    return AlignUp(static_cast<size_t>(LayoutOf(p).total) * sizeof(float));
+  }
+
+  // c[r][j] = sum_{t < n} term(a[r][t], bt[t][j]) for r < rows (a multiple
+  // of kTile) and j < cols (a multiple of Width()); term is a * b (DOT) or
+  // (a - b)^2 (GAUSSIAN).
+  template <bool kGauss>
+  static void RowsByColumns(const float* a, int64_t lda, int64_t n,
+                            const float* bt, int64_t ldb, int64_t rows,
+                            int64_t cols, float* c, int64_t ldc) {
+    const int64_t nl = Lanes();
+    for (int64_t r = 0; r < rows; r += kTile) {
+      const float* a0 = a + r * lda;
+      const float* a1 = a0 + lda;
+      const float* a2 = a1 + lda;
+      const float* a3 = a2 + lda;
+      for (int64_t j = 0; j < cols; j += 2 * nl) {
+        V c00 = O::Zero(), c01 = O::Zero(), c10 = O::Zero(), c11 = O::Zero();
+        V c20 = O::Zero(), c21 = O::Zero(), c30 = O::Zero(), c31 = O::Zero();
+        const float* b = bt + j;
+        for (int64_t t = 0; t < n; ++t, b += ldb) {
+          const V b0 = O::LoadU(b);
+          const V b1 = O::LoadU(b + nl);
+          Term<kGauss>(a0[t], b0, b1, &c00, &c01);
+          Term<kGauss>(a1[t], b0, b1, &c10, &c11);
+          Term<kGauss>(a2[t], b0, b1, &c20, &c21);
+          Term<kGauss>(a3[t], b0, b1, &c30, &c31);
+        }
+        float* o = c + r * ldc + j;
+        O::StoreU(c00, o);
+        O::StoreU(c01, o + nl);
+        O::StoreU(c10, o + ldc);
+        O::StoreU(c11, o + ldc + nl);
+        O::StoreU(c20, o + 2 * ldc);
+        O::StoreU(c21, o + 2 * ldc + nl);
+        O::StoreU(c30, o + 3 * ldc);
+        O::StoreU(c31, o + 3 * ldc + nl);
+      }
+    }
+  }
+
+  template <bool kGauss>
+  static inline void Term(float a, V b0, V b1, V* c0, V* c1) {
+    const V x = O::Set(a);
+    if (kGauss) {
+      const V e0 = O::Sub(x, b0);
+      const V e1 = O::Sub(x, b1);
+      *c0 = O::MulAdd(e0, e0, *c0);
+      *c1 = O::MulAdd(e1, e1, *c1);
+    } else {
+      *c0 = O::MulAdd(x, b0, *c0);
+      *c1 = O::MulAdd(x, b1, *c1);
+    }
+  }
+
+  // out[x][c] += sum_{y < ny} w[x * wx + y * wy] * m[y][c], or with kDiff
+  // w * (own[x][c] - m[y][c]), for x < nx (a multiple of kTile) and
+  // c < cols (a multiple of Width()).
+  template <bool kDiff>
+  static void WeightedRows(const float* w, int64_t wx, int64_t wy,
+                           const float* m, int64_t ldm, int64_t ny,
+                           const float* own, int64_t ldown, int64_t nx,
+                           int64_t cols, float* out, int64_t ldo) {
+    const int64_t nl = Lanes();
+    for (int64_t x = 0; x < nx; x += kTile) {
+      const float* w0 = w + x * wx;
+      const float* w1 = w0 + wx;
+      const float* w2 = w1 + wx;
+      const float* w3 = w2 + wx;
+      for (int64_t c = 0; c < cols; c += 2 * nl) {
+        V c00 = O::Zero(), c01 = O::Zero(), c10 = O::Zero(), c11 = O::Zero();
+        V c20 = O::Zero(), c21 = O::Zero(), c30 = O::Zero(), c31 = O::Zero();
+        V x00 = O::Zero(), x01 = O::Zero(), x10 = O::Zero(), x11 = O::Zero();
+        V x20 = O::Zero(), x21 = O::Zero(), x30 = O::Zero(), x31 = O::Zero();
+        if (kDiff) {
+          const float* r = own + x * ldown + c;
+          x00 = O::LoadU(r);
+          x01 = O::LoadU(r + nl);
+          x10 = O::LoadU(r + ldown);
+          x11 = O::LoadU(r + ldown + nl);
+          x20 = O::LoadU(r + 2 * ldown);
+          x21 = O::LoadU(r + 2 * ldown + nl);
+          x30 = O::LoadU(r + 3 * ldown);
+          x31 = O::LoadU(r + 3 * ldown + nl);
+        }
+        const float* mr = m + c;
+        for (int64_t y = 0; y < ny; ++y, mr += ldm) {
+          const V m0 = O::LoadU(mr);
+          const V m1 = O::LoadU(mr + nl);
+          const int64_t wy_at = y * wy;
+          if (kDiff) {
+            DiffTerm(w0[wy_at], x00, x01, m0, m1, &c00, &c01);
+            DiffTerm(w1[wy_at], x10, x11, m0, m1, &c10, &c11);
+            DiffTerm(w2[wy_at], x20, x21, m0, m1, &c20, &c21);
+            DiffTerm(w3[wy_at], x30, x31, m0, m1, &c30, &c31);
+          } else {
+            Term<false>(w0[wy_at], m0, m1, &c00, &c01);
+            Term<false>(w1[wy_at], m0, m1, &c10, &c11);
+            Term<false>(w2[wy_at], m0, m1, &c20, &c21);
+            Term<false>(w3[wy_at], m0, m1, &c30, &c31);
+          }
+        }
+        float* o = out + x * ldo + c;
+        AddTo(c00, o);
+        AddTo(c01, o + nl);
+        AddTo(c10, o + ldo);
+        AddTo(c11, o + ldo + nl);
+        AddTo(c20, o + 2 * ldo);
+        AddTo(c21, o + 2 * ldo + nl);
+        AddTo(c30, o + 3 * ldo);
+        AddTo(c31, o + 3 * ldo + nl);
+      }
+    }
+  }
+
+  static inline void DiffTerm(float w, V x0, V x1, V m0, V m1, V* c0, V* c1) {
+    const V wv = O::Set(w);
+    *c0 = O::MulAdd(wv, O::Sub(x0, m0), *c0);
+    *c1 = O::MulAdd(wv, O::Sub(x1, m1), *c1);
+  }
+
+  static inline void AddTo(V v, float* p) { O::StoreU(O::Add(O::LoadU(p), v), p); }
+
+  // dst[0, n) = src[0, n), then zeros up to padded (rows of Q, dO, K).
+  static void CopyPadded(const float* src, int64_t n, int64_t padded,
+                         float* dst) {
+    const int64_t nl = Lanes();
+    int64_t c = 0;
+    for (; c + nl <= n; c += nl) O::StoreU(O::LoadU(src + c), dst + c);
+    for (; c < n; ++c) dst[c] = src[c];
+    for (; c < padded; ++c) dst[c] = 0.0f;
+  }
+
+  static float Dot(const float* a, const float* b, int64_t n) {
+    const int64_t nl = Lanes();
+    V acc = O::Zero();
+    int64_t c = 0;
+    for (; c + nl <= n; c += nl) {
+      acc = O::MulAdd(O::LoadU(a + c), O::LoadU(b + c), acc);
+    }
+    float lanes[64];  // up to 2048-bit vectors
+    O::StoreU(acc, lanes);
+    float s = 0.0f;
+    for (int64_t l = 0; l < nl; ++l) s += lanes[l];
+    for (; c < n; ++c) s += a[c] * b[c];
+    return s;
+  }
+
+  static void RunTask(const Problem& p, const Gradients& g, size_t task,
+                      unsigned char* workspace) {
+    const int64_t b = static_cast<int64_t>(task) / p.kv_heads;
+    const int64_t kvh = static_cast<int64_t>(task) % p.kv_heads;
+    const Layout l = LayoutOf(p);
+    float* ws = reinterpret_cast<float*>(workspace);
+    float* dq = ws + l.dq;
+    float* dvec = ws + l.dvec;
+    float* lse = ws + l.lse;
+    int32_t* row_lo = reinterpret_cast<int32_t*>(ws + l.lo);
+    int32_t* row_hi = reinterpret_cast<int32_t*>(ws + l.hi);
+    float* kb = ws + l.kb;
+    float* kt = ws + l.kt;
+    float* vt = ws + l.vt;
+    float* dkb = ws + l.dkb;
+    float* dvb = ws + l.dvb;
+    float* qb = ws + l.qb;
+    float* dob = ws + l.dob;
+    float* sm = ws + l.s;
+    float* dpm = ws + l.dpm;
+    float* tt = ws + l.tt;
+
+    const int64_t d = p.head_dim, dv = p.value_dim, lq = p.q_len;
+    const int64_t lk = p.kv_len, rows = l.rows, bk = l.bk;
+    const int64_t dp = l.dp, dvp = l.dvp;
+    const bool gauss = p.score == QKV_SCORE_GAUSSIAN;
+    const float factor = ScoreFactor(p);
+    // d s / d(raw sum) per unit of G: the factor (DOT), twice it (GAUSSIAN,
+    // d |q - k|^2 / dq = 2 (q - k)).
+    const float grad_factor = gauss ? 2.0f * factor : factor;
+    const bool epilogue = p.softcap > 0.0f || p.bias != nullptr ||
+                          p.alibi_slopes != nullptr;
+
+    // Rows: r = g * q_len + i for query head kvh * group + g. Their key
+    // intervals (per i), lse and D = dO . out.
+    int64_t union_lo = lk, union_hi = 0;
+    for (int64_t i = 0; i < lq; ++i) {
+      const KeyInterval keys = RowKeys(p, b, i);
+      row_lo[i] = static_cast<int32_t>(keys.lo);
+      row_hi[i] = static_cast<int32_t>(keys.hi);
+      if (keys.lo < keys.hi) {
+        if (keys.lo < union_lo) union_lo = keys.lo;
+        if (keys.hi > union_hi) union_hi = keys.hi;
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t h = kvh * p.group + r / lq, i = r % lq;
+      lse[r] = p.lse[(b * p.q_heads + h) * lq + i];
+      const int64_t off = b * p.out_sb + h * p.out_sh + i * p.out_st;
+      dvec[r] = Dot(g.d_out + off, p.out + off, dv);
+    }
+    if (g.d_q != nullptr) {
+      const int64_t padded = (rows + kTile - 1) / kTile * kTile;
+      for (int64_t t = 0; t < padded * dp; ++t) dq[t] = 0.0f;
+    }
+    const float* keys = KeysOf(p, b, kvh);
+    const float* values = ValuesOf(p, b, kvh);
+
+    for (int64_t j0 = 0; j0 < lk; j0 += bk) {
+      const int64_t nb = lk - j0 < bk ? lk - j0 : bk;
+      bool any = j0 < union_hi && j0 + nb > union_lo;
+      if (any) {
+        // The block's keys padded (rows and columns) and K^T, V^T.
+        for (int64_t j = 0; j < bk; ++j) {
+          float* dst = kb + j * dp;
+          if (j < nb) {
+            CopyPadded(keys + (j0 + j) * p.k_st, d, dp, dst);
+          } else {
+            for (int64_t c = 0; c < dp; ++c) dst[c] = 0.0f;
+          }
+        }
+        for (int64_t c = 0; c < d; ++c) {
+          for (int64_t j = 0; j < bk; ++j) kt[c * bk + j] = kb[j * dp + c];
+        }
+        for (int64_t c = 0; c < dv; ++c) {
+          const float* col = values + j0 * p.v_st + c;
+          for (int64_t j = 0; j < bk; ++j) {
+            vt[c * bk + j] = j < nb ? col[j * p.v_st] : 0.0f;
+          }
+        }
+        for (int64_t t = 0; t < bk * dp; ++t) dkb[t] = 0.0f;
+        for (int64_t t = 0; t < bk * dvp; ++t) dvb[t] = 0.0f;
+        any = false;
+        for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+          const int64_t nr = rows - r0 < kRowBlock ? rows - r0 : kRowBlock;
+          if (!RowBlock(p, g, b, kvh, r0, nr, j0, nb, l, row_lo, row_hi, lse,
+                        dvec, gauss, factor, epilogue, kb, kt, vt, qb, dob,
+                        sm, dpm, tt, dkb, dvb, dq)) {
+            continue;
+          }
+          any = true;
+        }
+      }
+      // The block's d_k and d_v rows, written once (zeros for keys no row
+      // sees).
+      if (g.d_k != nullptr) {
+        for (int64_t j = 0; j < nb; ++j) {
+          float* dst = g.d_k + b * p.k_sb + kvh * p.k_sh + (j0 + j) * p.k_st;
+          const float* src = dkb + j * dp;
+          for (int64_t c = 0; c < d; ++c) {
+            dst[c] = any ? src[c] * grad_factor : 0.0f;
+          }
+        }
+      }
+      if (g.d_v != nullptr) {
+        for (int64_t j = 0; j < nb; ++j) {
+          float* dst = g.d_v + b * p.v_sb + kvh * p.v_sh + (j0 + j) * p.v_st;
+          const float* src = dvb + j * dvp;
+          for (int64_t c = 0; c < dv; ++c) dst[c] = any ? src[c] : 0.0f;
+        }
+      }
+    }
+    if (g.d_q != nullptr) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t h = kvh * p.group + r / lq, i = r % lq;
+        float* dst = g.d_q + b * p.q_sb + h * p.q_sh + i * p.q_st;
+        const float* src = dq + r * dp;
+        for (int64_t c = 0; c < d; ++c) dst[c] = src[c] * grad_factor;
+      }
+    }
+  }
+
+  // Rows [r0, r0 + nr) against keys [j0, j0 + nb): false when no row sees
+  // a key of the block (nothing done).
+  static bool RowBlock(const Problem& p, const Gradients& g, int64_t b,
+                       int64_t kvh, int64_t r0, int64_t nr, int64_t j0,
+                       int64_t nb, const Layout& l, const int32_t* row_lo,
+                       const int32_t* row_hi, const float* lse,
+                       const float* dvec, bool gauss, float factor,
+                       bool epilogue, const float* kb, const float* kt,
+                       const float* vt, float* qb, float* dob, float* sm,
+                       float* dpm, float* tt, float* dkb, float* dvb,
+                       float* dq) {
+    const int64_t lq = p.q_len, bk = l.bk, dp = l.dp, dvp = l.dvp;
+    const int64_t d = p.head_dim, dv = p.value_dim;
+    bool seen = false;
+    for (int64_t r = 0; r < nr && !seen; ++r) {
+      const int64_t i = (r0 + r) % lq;
+      seen = row_lo[i] < j0 + nb && row_hi[i] > j0 && row_lo[i] < row_hi[i] &&
+             lse[r0 + r] != -INFINITY;
+    }
+    if (!seen) return false;
+    const int64_t nr4 = (nr + kTile - 1) / kTile * kTile;
+    const int64_t nb4 = (nb + kTile - 1) / kTile * kTile;
+    for (int64_t r = 0; r < nr4; ++r) {
+      if (r < nr) {
+        const int64_t h = kvh * p.group + (r0 + r) / lq, i = (r0 + r) % lq;
+        CopyPadded(QueryRow(p, b, h, i), d, dp, qb + r * dp);
+        CopyPadded(g.d_out + b * p.out_sb + h * p.out_sh + i * p.out_st, dv,
+                   dvp, dob + r * dvp);
+      } else {
+        for (int64_t c = 0; c < dp; ++c) qb[r * dp + c] = 0.0f;
+        for (int64_t c = 0; c < dvp; ++c) dob[r * dvp + c] = 0.0f;
+      }
+    }
+    if (gauss) {
+      RowsByColumns<true>(qb, dp, d, kt, bk, nr4, bk, sm, bk);
+    } else {
+      RowsByColumns<false>(qb, dp, d, kt, bk, nr4, bk, sm, bk);
+    }
+    RowsByColumns<false>(dob, dvp, dv, vt, bk, nr4, bk, dpm, bk);
+
+    // P into sm, G into dpm.
+    const int64_t nl = Lanes();
+    for (int64_t r = 0; r < nr4; ++r) {
+      float* srow = sm + r * bk;
+      float* grow = dpm + r * bk;
+      int64_t lo = 0, hi = 0;
+      if (r < nr && lse[r0 + r] != -INFINITY) {
+        const int64_t i = (r0 + r) % lq;
+        lo = row_lo[i] > j0 ? row_lo[i] - j0 : 0;
+        hi = row_hi[i] - j0 < nb ? row_hi[i] - j0 : nb;
+      }
+      if (lo >= hi) {
+        for (int64_t j = 0; j < bk; ++j) srow[j] = grow[j] = 0.0f;
+        continue;
+      }
+      const float row_lse = lse[r0 + r];
+      const V vlse = O::Set(row_lse);
+      const V vd = O::Set(dvec[r0 + r]);
+      if (epilogue) {
+        // The epilogue in src/semantics.h's order, per key; tt holds the
+        // softcap's derivative 1 - tanh^2.
+        const int64_t h = kvh * p.group + (r0 + r) / lq, i = (r0 + r) % lq;
+        const float* bias = BiasRow(p, b, h, i);
+        const float slope = AlibiSlope(p, h);
+        const int64_t pos = QueryPos(p, b, i);
+        float* trow = tt + r * bk;
+        for (int64_t j = lo; j < hi; ++j) {
+          float s = srow[j] * factor;
+          float deriv = 1.0f;
+          if (p.softcap > 0.0f) {
+            const float t = tanhf(s / p.softcap);
+            s = p.softcap * t;
+            deriv = 1.0f - t * t;
+          }
+          if (bias != nullptr) s = WithBias(s, bias[j0 + j]);
+          if (slope != 0.0f) s = WithAlibi(s, slope, pos, j0 + j);
+          srow[j] = s - row_lse;
+          trow[j] = deriv;
+        }
+        for (int64_t j = 0; j < bk; j += nl) {
+          const V pv = Exp::Apply(O::LoadU(srow + j));
+          const V gv = O::Mul(O::Mul(pv, O::Sub(O::LoadU(grow + j), vd)),
+                              O::LoadU(trow + j));
+          O::StoreU(pv, srow + j);
+          O::StoreU(gv, grow + j);
+        }
+      } else {
+        const V vf = O::Set(factor);
+        for (int64_t j = 0; j < bk; j += nl) {
+          const V pv =
+              Exp::Apply(O::Sub(O::Mul(O::LoadU(srow + j), vf), vlse));
+          const V gv = O::Mul(pv, O::Sub(O::LoadU(grow + j), vd));
+          O::StoreU(pv, srow + j);
+          O::StoreU(gv, grow + j);
+        }
+      }
+      // Keys outside the row's interval (and past the block) see nothing.
+      for (int64_t j = 0; j < lo; ++j) srow[j] = grow[j] = 0.0f;
+      for (int64_t j = hi; j < bk; ++j) srow[j] = grow[j] = 0.0f;
+    }
+
+    if (g.d_v != nullptr) {  // dV[j] += sum_r P[r][j] dO[r]
+      WeightedRows<false>(sm, 1, bk, dob, dvp, nr, nullptr, 0, nb4, dvp, dvb,
+                          dvp);
+    }
+    if (g.d_k != nullptr) {  // dK[j] += sum_r G[r][j] Q[r] (or G (k - q))
+      if (gauss) {
+        WeightedRows<true>(dpm, 1, bk, qb, dp, nr, kb, dp, nb4, dp, dkb, dp);
+      } else {
+        WeightedRows<false>(dpm, 1, bk, qb, dp, nr, nullptr, 0, nb4, dp, dkb,
+                            dp);
+      }
+    }
+    if (g.d_q != nullptr) {  // dQ[r] += sum_j G[r][j] K[j] (or G (q - k))
+      float* out = dq + r0 * dp;
+      if (gauss) {
+        WeightedRows<true>(dpm, bk, 1, kb, dp, nb, qb, dp, nr4, dp, out, dp);
+      } else {
+        WeightedRows<false>(dpm, bk, 1, kb, dp, nb, nullptr, 0, nr4, dp, out,
+                            dp);
+      }
+    }
+    return true;
+  }
+
+  static constexpr BackwardEngine kEngine = {&WorkspacePerWorker, &RunTask};
+};
+
+template <class O, class Exp>
+constexpr BackwardEngine Backward<O, Exp>::kEngine;
+
+}  // namespace QKV_SIMD_NAMESPACE
+}  // namespace qkv
+#ifdef HWY_AFTER_NAMESPACE
+HWY_AFTER_NAMESPACE();
+#endif
+
+#endif  // per-target include guard
