@@ -4,8 +4,8 @@
 //
 // FlashAttention-2's backward, with the loops arranged so that no two tasks
 // write the same element: a task owns one (batch, kv head), walks its keys
-// in blocks of Bk (>= 64), and for each block visits the rows of every
-// query head of the GQA group in blocks of 32:
+// in blocks of Bk, and for each block visits the rows of every query head
+// of the GQA group in blocks (64 keys and 32 rows on the SIMD engines):
 //
 //   s   = epilogue(factor * a(q, k))      recomputed, as the forward did
 //   P   = exp(s - lse)                    the forward's weights (lse given)
@@ -16,7 +16,7 @@
 // dK and dV of a key block are complete when its rows are done and are
 // written once; dQ accumulates over the key blocks in the worker's
 // workspace, in key order, and is written at the end. The matrix products
-// are register tiles of 4 rows by 2 vectors; the operands they stream
+// are register tiles of 4 rows by 4 vectors (2 with 16 registers); the operands they stream
 // (K^T, V^T, Q and dO rows) are copied into the workspace padded with zeros
 // to whole tiles, so no tile ever reads past a row or needs a tail.
 //
@@ -48,16 +48,24 @@ HWY_BEFORE_NAMESPACE();
 namespace qkv {
 namespace QKV_SIMD_NAMESPACE {
 
-template <class O, class Exp>
+#undef QKV_BACKWARD_INLINE
+#define QKV_BACKWARD_INLINE inline __attribute__((always_inline))
+
+// kRowBlock query rows and (at least) kKeyBlock keys per step: 32 and 64
+// for the SIMD engines; the portable engine's smaller blocks keep a
+// microcontroller's workspace small.
+template <class O, class Exp, int64_t kRowBlock = 32, int64_t kKeyBlock = 64>
 struct Backward {
   using V = typename O::V;
 
-  static constexpr int64_t kRowBlock = 32;  // query rows per step
-  static constexpr int64_t kTile = 4;       // rows of a register tile
+  static constexpr int64_t kTile = 4;  // rows of a register tile
 
   static int64_t Lanes() { return static_cast<int64_t>(O::Lanes()); }
-  // Columns of a register tile (two vectors), and n rounded up to them.
-  static int64_t Width() { return 2 * Lanes(); }
+  // Vectors per row of a register tile: 4 where there are 32 vector
+  // registers (16 accumulators), else 2 (8).
+  static constexpr int kVecs = O::kUnroll >= 8 ? 4 : 2;
+  // Columns of a register tile, and n rounded up to them.
+  static int64_t Width() { return kVecs * Lanes(); }
   static int64_t Pad(int64_t n) { return (n + Width() - 1) / Width() * Width(); }
   static int64_t PadFloats(int64_t n) { return (n + 15) / 16 * 16; }  // 64 B
 
@@ -74,7 +82,7 @@ struct Backward {
     l.rows = p.group * p.q_len;
     l.dp = Pad(p.head_dim);
     l.dvp = Pad(p.value_dim);
-    l.bk = Pad(64);
+    l.bk = Pad(kKeyBlock);
     int64_t at = 0;
     auto take = [&at](int64_t n) {
       const int64_t where = at;
@@ -105,6 +113,66 @@ struct Backward {
     return AlignUp(static_cast<size_t>(LayoutOf(p).total) * sizeof(float));
   }
 
+  // A register tile's rows are kVecs named accumulators each (not arrays:
+  // SVE vectors are sizeless); those past kVecs are compiled away.
+
+  // acc += term(a, b) per vector: a * b, or (a - b)^2 (kGauss).
+  template <bool kGauss>
+  static QKV_BACKWARD_INLINE void Term(float a, V b0, V b1, V b2, V b3,
+                                       V* c0, V* c1, V* c2, V* c3) {
+    const V x = O::Set(a);
+    if (kGauss) {
+      const V e0 = O::Sub(x, b0);
+      const V e1 = O::Sub(x, b1);
+      *c0 = O::MulAdd(e0, e0, *c0);
+      *c1 = O::MulAdd(e1, e1, *c1);
+      if (kVecs > 2) {
+        const V e2 = O::Sub(x, b2);
+        const V e3 = O::Sub(x, b3);
+        *c2 = O::MulAdd(e2, e2, *c2);
+        *c3 = O::MulAdd(e3, e3, *c3);
+      }
+    } else {
+      *c0 = O::MulAdd(x, b0, *c0);
+      *c1 = O::MulAdd(x, b1, *c1);
+      if (kVecs > 2) {
+        *c2 = O::MulAdd(x, b2, *c2);
+        *c3 = O::MulAdd(x, b3, *c3);
+      }
+    }
+  }
+
+  static QKV_BACKWARD_INLINE void LoadRow(const float* p, V* b0, V* b1, V* b2,
+                                          V* b3) {
+    const int64_t nl = Lanes();
+    *b0 = O::LoadU(p);
+    *b1 = O::LoadU(p + nl);
+    if (kVecs > 2) {
+      *b2 = O::LoadU(p + 2 * nl);
+      *b3 = O::LoadU(p + 3 * nl);
+    }
+  }
+
+  static QKV_BACKWARD_INLINE void StoreRow(V c0, V c1, V c2, V c3, float* p) {
+    const int64_t nl = Lanes();
+    O::StoreU(c0, p);
+    O::StoreU(c1, p + nl);
+    if (kVecs > 2) {
+      O::StoreU(c2, p + 2 * nl);
+      O::StoreU(c3, p + 3 * nl);
+    }
+  }
+
+  static QKV_BACKWARD_INLINE void AddRow(V c0, V c1, V c2, V c3, float* p) {
+    const int64_t nl = Lanes();
+    O::StoreU(O::Add(O::LoadU(p), c0), p);
+    O::StoreU(O::Add(O::LoadU(p + nl), c1), p + nl);
+    if (kVecs > 2) {
+      O::StoreU(O::Add(O::LoadU(p + 2 * nl), c2), p + 2 * nl);
+      O::StoreU(O::Add(O::LoadU(p + 3 * nl), c3), p + 3 * nl);
+    }
+  }
+
   // c[r][j] = sum_{t < n} term(a[r][t], bt[t][j]) for r < rows (a multiple
   // of kTile) and j < cols (a multiple of Width()); term is a * b (DOT) or
   // (a - b)^2 (GAUSSIAN).
@@ -112,118 +180,91 @@ struct Backward {
   static void RowsByColumns(const float* a, int64_t lda, int64_t n,
                             const float* bt, int64_t ldb, int64_t rows,
                             int64_t cols, float* c, int64_t ldc) {
-    const int64_t nl = Lanes();
     for (int64_t r = 0; r < rows; r += kTile) {
       const float* a0 = a + r * lda;
       const float* a1 = a0 + lda;
       const float* a2 = a1 + lda;
       const float* a3 = a2 + lda;
-      for (int64_t j = 0; j < cols; j += 2 * nl) {
-        V c00 = O::Zero(), c01 = O::Zero(), c10 = O::Zero(), c11 = O::Zero();
-        V c20 = O::Zero(), c21 = O::Zero(), c30 = O::Zero(), c31 = O::Zero();
+      for (int64_t j = 0; j < cols; j += Width()) {
+        V z = O::Zero();
+        V c00 = z, c01 = z, c02 = z, c03 = z, c10 = z, c11 = z, c12 = z,
+          c13 = z;
+        V c20 = z, c21 = z, c22 = z, c23 = z, c30 = z, c31 = z, c32 = z,
+          c33 = z;
         const float* b = bt + j;
         for (int64_t t = 0; t < n; ++t, b += ldb) {
-          const V b0 = O::LoadU(b);
-          const V b1 = O::LoadU(b + nl);
-          Term<kGauss>(a0[t], b0, b1, &c00, &c01);
-          Term<kGauss>(a1[t], b0, b1, &c10, &c11);
-          Term<kGauss>(a2[t], b0, b1, &c20, &c21);
-          Term<kGauss>(a3[t], b0, b1, &c30, &c31);
+          V b0 = z, b1 = z, b2 = z, b3 = z;
+          LoadRow(b, &b0, &b1, &b2, &b3);
+          Term<kGauss>(a0[t], b0, b1, b2, b3, &c00, &c01, &c02, &c03);
+          Term<kGauss>(a1[t], b0, b1, b2, b3, &c10, &c11, &c12, &c13);
+          Term<kGauss>(a2[t], b0, b1, b2, b3, &c20, &c21, &c22, &c23);
+          Term<kGauss>(a3[t], b0, b1, b2, b3, &c30, &c31, &c32, &c33);
         }
         float* o = c + r * ldc + j;
-        O::StoreU(c00, o);
-        O::StoreU(c01, o + nl);
-        O::StoreU(c10, o + ldc);
-        O::StoreU(c11, o + ldc + nl);
-        O::StoreU(c20, o + 2 * ldc);
-        O::StoreU(c21, o + 2 * ldc + nl);
-        O::StoreU(c30, o + 3 * ldc);
-        O::StoreU(c31, o + 3 * ldc + nl);
+        StoreRow(c00, c01, c02, c03, o);
+        StoreRow(c10, c11, c12, c13, o + ldc);
+        StoreRow(c20, c21, c22, c23, o + 2 * ldc);
+        StoreRow(c30, c31, c32, c33, o + 3 * ldc);
       }
     }
   }
 
-  template <bool kGauss>
-  static inline void Term(float a, V b0, V b1, V* c0, V* c1) {
-    const V x = O::Set(a);
-    if (kGauss) {
-      const V e0 = O::Sub(x, b0);
-      const V e1 = O::Sub(x, b1);
-      *c0 = O::MulAdd(e0, e0, *c0);
-      *c1 = O::MulAdd(e1, e1, *c1);
-    } else {
-      *c0 = O::MulAdd(x, b0, *c0);
-      *c1 = O::MulAdd(x, b1, *c1);
-    }
-  }
-
-  // out[x][c] += sum_{y < ny} w[x * wx + y * wy] * m[y][c], or with kDiff
-  // w * (own[x][c] - m[y][c]), for x < nx (a multiple of kTile) and
-  // c < cols (a multiple of Width()).
-  template <bool kDiff>
+  // out[x][c] += sum_{y < ny} w[x * wx + y * wy] * m[y][c], for x < nx (a
+  // multiple of kTile) and c < cols (a multiple of Width()).
   static void WeightedRows(const float* w, int64_t wx, int64_t wy,
                            const float* m, int64_t ldm, int64_t ny,
-                           const float* own, int64_t ldown, int64_t nx,
-                           int64_t cols, float* out, int64_t ldo) {
-    const int64_t nl = Lanes();
+                           int64_t nx, int64_t cols, float* out,
+                           int64_t ldo) {
     for (int64_t x = 0; x < nx; x += kTile) {
       const float* w0 = w + x * wx;
       const float* w1 = w0 + wx;
       const float* w2 = w1 + wx;
       const float* w3 = w2 + wx;
-      for (int64_t c = 0; c < cols; c += 2 * nl) {
-        V c00 = O::Zero(), c01 = O::Zero(), c10 = O::Zero(), c11 = O::Zero();
-        V c20 = O::Zero(), c21 = O::Zero(), c30 = O::Zero(), c31 = O::Zero();
-        V x00 = O::Zero(), x01 = O::Zero(), x10 = O::Zero(), x11 = O::Zero();
-        V x20 = O::Zero(), x21 = O::Zero(), x30 = O::Zero(), x31 = O::Zero();
-        if (kDiff) {
-          const float* r = own + x * ldown + c;
-          x00 = O::LoadU(r);
-          x01 = O::LoadU(r + nl);
-          x10 = O::LoadU(r + ldown);
-          x11 = O::LoadU(r + ldown + nl);
-          x20 = O::LoadU(r + 2 * ldown);
-          x21 = O::LoadU(r + 2 * ldown + nl);
-          x30 = O::LoadU(r + 3 * ldown);
-          x31 = O::LoadU(r + 3 * ldown + nl);
-        }
+      for (int64_t c = 0; c < cols; c += Width()) {
+        V z = O::Zero();
+        V c00 = z, c01 = z, c02 = z, c03 = z, c10 = z, c11 = z, c12 = z,
+          c13 = z;
+        V c20 = z, c21 = z, c22 = z, c23 = z, c30 = z, c31 = z, c32 = z,
+          c33 = z;
         const float* mr = m + c;
         for (int64_t y = 0; y < ny; ++y, mr += ldm) {
-          const V m0 = O::LoadU(mr);
-          const V m1 = O::LoadU(mr + nl);
-          const int64_t wy_at = y * wy;
-          if (kDiff) {
-            DiffTerm(w0[wy_at], x00, x01, m0, m1, &c00, &c01);
-            DiffTerm(w1[wy_at], x10, x11, m0, m1, &c10, &c11);
-            DiffTerm(w2[wy_at], x20, x21, m0, m1, &c20, &c21);
-            DiffTerm(w3[wy_at], x30, x31, m0, m1, &c30, &c31);
-          } else {
-            Term<false>(w0[wy_at], m0, m1, &c00, &c01);
-            Term<false>(w1[wy_at], m0, m1, &c10, &c11);
-            Term<false>(w2[wy_at], m0, m1, &c20, &c21);
-            Term<false>(w3[wy_at], m0, m1, &c30, &c31);
-          }
+          V m0 = z, m1 = z, m2 = z, m3 = z;
+          LoadRow(mr, &m0, &m1, &m2, &m3);
+          const int64_t at = y * wy;
+          Term<false>(w0[at], m0, m1, m2, m3, &c00, &c01, &c02, &c03);
+          Term<false>(w1[at], m0, m1, m2, m3, &c10, &c11, &c12, &c13);
+          Term<false>(w2[at], m0, m1, m2, m3, &c20, &c21, &c22, &c23);
+          Term<false>(w3[at], m0, m1, m2, m3, &c30, &c31, &c32, &c33);
         }
         float* o = out + x * ldo + c;
-        AddTo(c00, o);
-        AddTo(c01, o + nl);
-        AddTo(c10, o + ldo);
-        AddTo(c11, o + ldo + nl);
-        AddTo(c20, o + 2 * ldo);
-        AddTo(c21, o + 2 * ldo + nl);
-        AddTo(c30, o + 3 * ldo);
-        AddTo(c31, o + 3 * ldo + nl);
+        AddRow(c00, c01, c02, c03, o);
+        AddRow(c10, c11, c12, c13, o + ldo);
+        AddRow(c20, c21, c22, c23, o + 2 * ldo);
+        AddRow(c30, c31, c32, c33, o + 3 * ldo);
       }
     }
   }
 
-  static inline void DiffTerm(float w, V x0, V x1, V m0, V m1, V* c0, V* c1) {
-    const V wv = O::Set(w);
-    *c0 = O::MulAdd(wv, O::Sub(x0, m0), *c0);
-    *c1 = O::MulAdd(wv, O::Sub(x1, m1), *c1);
+  // GAUSSIAN's form of WeightedRows: out[x][c] += sum_y w[x * wx + y * wy]
+  // * (own[x][c] - m[y][c]), one vector per step (rarely hot).
+  static void WeightedDifferences(const float* w, int64_t wx, int64_t wy,
+                                  const float* m, int64_t ldm, int64_t ny,
+                                  const float* own, int64_t ldown, int64_t nx,
+                                  int64_t cols, float* out, int64_t ldo) {
+    const int64_t nl = Lanes();
+    for (int64_t x = 0; x < nx; ++x) {
+      const float* wr = w + x * wx;
+      for (int64_t c = 0; c < cols; c += nl) {
+        const V xv = O::LoadU(own + x * ldown + c);
+        V acc = O::Zero();
+        const float* mr = m + c;
+        for (int64_t y = 0; y < ny; ++y, mr += ldm) {
+          acc = O::MulAdd(O::Set(wr[y * wy]), O::Sub(xv, O::LoadU(mr)), acc);
+        }
+        O::StoreU(O::Add(O::LoadU(out + x * ldo + c), acc), out + x * ldo + c);
+      }
+    }
   }
-
-  static inline void AddTo(V v, float* p) { O::StoreU(O::Add(O::LoadU(p), v), p); }
 
   // dst[0, n) = src[0, n), then zeros up to padded (rows of Q, dO, K).
   static void CopyPadded(const float* src, int64_t n, int64_t padded,
@@ -474,24 +515,21 @@ struct Backward {
     }
 
     if (g.d_v != nullptr) {  // dV[j] += sum_r P[r][j] dO[r]
-      WeightedRows<false>(sm, 1, bk, dob, dvp, nr, nullptr, 0, nb4, dvp, dvb,
-                          dvp);
+      WeightedRows(sm, 1, bk, dob, dvp, nr, nb4, dvp, dvb, dvp);
     }
     if (g.d_k != nullptr) {  // dK[j] += sum_r G[r][j] Q[r] (or G (k - q))
       if (gauss) {
-        WeightedRows<true>(dpm, 1, bk, qb, dp, nr, kb, dp, nb4, dp, dkb, dp);
+        WeightedDifferences(dpm, 1, bk, qb, dp, nr, kb, dp, nb, dp, dkb, dp);
       } else {
-        WeightedRows<false>(dpm, 1, bk, qb, dp, nr, nullptr, 0, nb4, dp, dkb,
-                            dp);
+        WeightedRows(dpm, 1, bk, qb, dp, nr, nb4, dp, dkb, dp);
       }
     }
     if (g.d_q != nullptr) {  // dQ[r] += sum_j G[r][j] K[j] (or G (q - k))
       float* out = dq + r0 * dp;
       if (gauss) {
-        WeightedRows<true>(dpm, bk, 1, kb, dp, nb, qb, dp, nr4, dp, out, dp);
+        WeightedDifferences(dpm, bk, 1, kb, dp, nb, qb, dp, nr, dp, out, dp);
       } else {
-        WeightedRows<false>(dpm, bk, 1, kb, dp, nb, nullptr, 0, nr4, dp, out,
-                            dp);
+        WeightedRows(dpm, bk, 1, kb, dp, nb, nr4, dp, out, dp);
       }
     }
     return true;
@@ -500,8 +538,8 @@ struct Backward {
   static constexpr BackwardEngine kEngine = {&WorkspacePerWorker, &RunTask};
 };
 
-template <class O, class Exp>
-constexpr BackwardEngine Backward<O, Exp>::kEngine;
+template <class O, class Exp, int64_t kRowBlock, int64_t kKeyBlock>
+constexpr BackwardEngine Backward<O, Exp, kRowBlock, kKeyBlock>::kEngine;
 
 }  // namespace QKV_SIMD_NAMESPACE
 }  // namespace qkv

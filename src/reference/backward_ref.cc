@@ -14,6 +14,7 @@ namespace scalar_backward {
 // The vector operations of backward-inl.h on single floats.
 struct ScalarOps {
   using V = float;
+  static constexpr int kUnroll = 4;  // tiles of 4 rows by 2 floats
   static size_t Lanes() { return 1; }
   static V Zero() { return 0.0f; }
   static V Set(float x) { return x; }
@@ -38,8 +39,9 @@ struct LibmExp {
 namespace qkv {
 
 const BackwardEngine* ReferenceBackward() {
+  // Blocks of 8 rows and 16 keys: about 2 KiB of blocks in the workspace.
   return &scalar_backward::Backward<scalar_backward::ScalarOps,
-                                    scalar_backward::LibmExp>::kEngine;
+                                    scalar_backward::LibmExp, 8, 16>::kEngine;
 }
 
 }  // namespace qkv

@@ -1272,6 +1272,179 @@ void LowPrecisionRefusals(bool served) {
 
 }  // namespace
 
+// ---------------------------------------------------------------- backward
+// The backward pass (qkv_attention_backward_f32) on the microcontroller
+// backends: dense layouts, DOT and GAUSSIAN, GQA, causal, softcap, ALiBi
+// and sinks, against an analytic double-precision gradient; gradients
+// within 1e-3 of their largest element, written nowhere else.
+constexpr int kBwIn = 256;  // floats of each operand and gradient
+float g_bq[kBwIn], g_bk[kBwIn], g_bv[kBwIn], g_bout[kBwIn], g_bdout[kBwIn];
+float g_blse[32];
+float g_bdq[kBwIn + 2 * kGuard], g_bdk[kBwIn + 2 * kGuard],
+    g_bdv[kBwIn + 2 * kGuard];
+double g_gq[kBwIn], g_gk[kBwIn], g_gv[kBwIn];
+unsigned char g_bws[24 * 1024];
+
+// The exact gradients of desc's attention (batch 1) into g_gq, g_gk, g_gv.
+void BackwardOracle(const qkv_attention_desc& d) {
+  const int64_t hq = d.q_heads, lq = d.q_len, lk = d.kv_len;
+  const int64_t dk = d.head_dim, dv = d.value_dim, group = hq / d.kv_heads;
+  for (int i = 0; i < kBwIn; ++i) g_gq[i] = g_gk[i] = g_gv[i] = 0.0;
+  const double factor = d.score == QKV_SCORE_GAUSSIAN ? -static_cast<double>(d.scale)
+                                                      : static_cast<double>(d.scale);
+  for (int64_t h = 0; h < hq; ++h) {
+    const int64_t kh = h / group;
+    for (int64_t i = 0; i < lq; ++i) {
+      const int64_t pos = lk - lq + i;
+      double a[kMaxKv], s[kMaxKv], p[kMaxKv], m = -INFINITY;
+      for (int64_t j = 0; j < lk; ++j) {
+        double raw = 0.0;
+        for (int64_t c = 0; c < dk; ++c) {
+          const double x = g_bq[(h * lq + i) * dk + c];
+          const double y = g_bk[(kh * lk + j) * dk + c];
+          raw += d.score == QKV_SCORE_GAUSSIAN ? (x - y) * (x - y) : x * y;
+        }
+        a[j] = factor * raw;
+        s[j] = d.softcap > 0.0f ? d.softcap * tanh(a[j] / d.softcap) : a[j];
+        if (d.alibi_slopes != nullptr) {
+          s[j] -= d.alibi_slopes[h] * fabs(static_cast<double>(pos - j));
+        }
+        if ((d.mask & QKV_MASK_CAUSAL) && j > pos) s[j] = -INFINITY;
+        if (s[j] > m) m = s[j];
+      }
+      const double sink = d.sinks != nullptr ? d.sinks[h] : -INFINITY;
+      if (sink > m) m = sink;
+      if (m == -INFINITY) continue;
+      double l = sink == -INFINITY ? 0.0 : exp(sink - m);
+      for (int64_t j = 0; j < lk; ++j) {
+        p[j] = s[j] == -INFINITY ? 0.0 : exp(s[j] - m);
+        l += p[j];
+      }
+      double dp[kMaxKv], dd = 0.0;
+      for (int64_t j = 0; j < lk; ++j) {
+        p[j] /= l;
+        dp[j] = 0.0;
+        for (int64_t c = 0; c < dv; ++c) {
+          dp[j] += g_bdout[(h * lq + i) * dv + c] * g_bv[(kh * lk + j) * dv + c];
+        }
+        dd += p[j] * dp[j];
+      }
+      for (int64_t j = 0; j < lk; ++j) {
+        double gs = p[j] * (dp[j] - dd);
+        if (d.softcap > 0.0f) {
+          const double t = tanh(a[j] / d.softcap);
+          gs *= 1.0 - t * t;
+        }
+        gs *= factor;
+        for (int64_t c = 0; c < dv; ++c) {
+          g_gv[(kh * lk + j) * dv + c] += p[j] * g_bdout[(h * lq + i) * dv + c];
+        }
+        for (int64_t c = 0; c < dk; ++c) {
+          const double x = g_bq[(h * lq + i) * dk + c];
+          const double y = g_bk[(kh * lk + j) * dk + c];
+          if (d.score == QKV_SCORE_GAUSSIAN) {
+            g_gq[(h * lq + i) * dk + c] += gs * 2.0 * (x - y);
+            g_gk[(kh * lk + j) * dk + c] += gs * 2.0 * (y - x);
+          } else {
+            g_gq[(h * lq + i) * dk + c] += gs * y;
+            g_gk[(kh * lk + j) * dk + c] += gs * x;
+          }
+        }
+      }
+    }
+  }
+}
+
+void CheckGradient(const char* what, const float* got, const double* want,
+                   int n) {
+  double mx = 0.0;
+  for (int i = 0; i < n; ++i) mx = fabs(want[i]) > mx ? fabs(want[i]) : mx;
+  for (int i = 0; i < n; ++i) {
+    ++g_checks;
+    if (!(fabs(got[i] - want[i]) <= 1e-3 * mx + 1e-12)) {
+      Fail(what, got[i], want[i]);
+      return;
+    }
+  }
+}
+
+void RunBackwardCase(const char* name, qkv_attention_desc d) {
+  g_case = name;
+  d.backend = g_backend;
+  const int nq = static_cast<int>(d.q_heads * d.q_len * d.head_dim);
+  const int nk = static_cast<int>(d.kv_heads * d.kv_len * d.head_dim);
+  const int nv = static_cast<int>(d.kv_heads * d.kv_len * d.value_dim);
+  const int no = static_cast<int>(d.q_heads * d.q_len * d.value_dim);
+  if (nq > kBwIn || nk > kBwIn || nv > kBwIn || no > kBwIn) {
+    Check(false, "the case fits the runner's buffers");
+    return;
+  }
+  Fill(g_bq, nq, 1.5f);
+  Fill(g_bk, nk, 1.5f);
+  Fill(g_bv, nv, 1.0f);
+  Fill(g_bdout, no, 1.0f);
+  size_t ws = qkv_attention_workspace_size(&d);
+  Check(ws <= sizeof(g_bws), "forward workspace fits");
+  Check(qkv_attention_f32(&d, g_bq, g_bk, g_bv, g_bout, nullptr, g_blse,
+                          g_bws, ws) == QKV_OK,
+        "forward status");
+  ws = qkv_attention_backward_workspace_size(&d);
+  Check(ws > 0 && ws <= sizeof(g_bws), "backward workspace fits");
+  Poison(g_bdq, nq);
+  Poison(g_bdk, nk);
+  Poison(g_bdv, nv);
+  Check(qkv_attention_backward_f32(&d, g_bq, g_bk, g_bv, g_bout, g_blse,
+                                   g_bdout, g_bdq + kGuard, g_bdk + kGuard,
+                                   g_bdv + kGuard, g_bws, ws) == QKV_OK,
+        "backward status");
+  BackwardOracle(d);
+  CheckGradient("d_q", g_bdq + kGuard, g_gq, nq);
+  CheckGradient("d_k", g_bdk + kGuard, g_gk, nk);
+  CheckGradient("d_v", g_bdv + kGuard, g_gv, nv);
+  Check(Untouched(g_bdq, nq, false) && Untouched(g_bdk, nk, false) &&
+            Untouched(g_bdv, nv, false),
+        "backward writes only the gradients");
+  // Refusals write nothing: no d_out, and an additive score.
+  Poison(g_bdq, nq);
+  Check(qkv_attention_backward_f32(&d, g_bq, g_bk, g_bv, g_bout, g_blse,
+                                   nullptr, g_bdq + kGuard, nullptr, nullptr,
+                                   g_bws, ws) == QKV_ERR_INVALID_ARGUMENT,
+        "backward without d_out is invalid");
+  Check(Untouched(g_bdq, nq, true), "refusal writes nothing");
+}
+
+void BackwardCases() {
+  static float slopes[4] = {0.5f, 0.25f, 0.125f, 0.0625f};
+  static float sinks[4] = {0.3f, -1.0f, 2.0f, -INFINITY};
+  qkv_attention_desc d;
+  qkv_attention_desc_init(&d, 1, 2, 1, 5, 7, 3, 4);
+  RunBackwardCase("backward dot gqa", d);
+  qkv_attention_desc_init(&d, 1, 4, 1, 6, 20, 8, 5);
+  d.mask = QKV_MASK_CAUSAL;
+  RunBackwardCase("backward causal, 20 keys (two key blocks)", d);
+  d.softcap = 1.5f;
+  d.scale = 2.0f;
+  d.alibi_slopes = slopes;
+  d.sinks = sinks;
+  RunBackwardCase("backward softcap alibi sinks", d);
+  qkv_attention_desc_init(&d, 1, 2, 2, 9, 17, 4, 4);
+  d.score = QKV_SCORE_GAUSSIAN;
+  d.scale = 0.5f;
+  d.mask = QKV_MASK_CAUSAL;
+  RunBackwardCase("backward gaussian causal", d);
+  qkv_attention_desc_init(&d, 1, 2, 1, 3, 4, 4, 4);
+  d.score = QKV_SCORE_ADDITIVE;
+  d.additive_hidden = 2;
+  d.additive_w_q = g_wq;
+  d.additive_w_k = g_wk;
+  d.additive_w_v = g_wv;
+  g_case = "backward additive";
+  Check(qkv_attention_backward_f32(&d, g_bq, g_bk, g_bv, g_bout, g_blse,
+                                   g_bdout, g_bdq, g_bdk, g_bdv, g_bws,
+                                   sizeof(g_bws)) == QKV_ERR_UNSUPPORTED,
+        "additive scores have no backward pass");
+}
+
 int main() {
   printf("qkv %u.%u.%u on the MCU runner; backends:",
          static_cast<unsigned>(qkv_version() >> 16),
@@ -1328,6 +1501,17 @@ int main() {
                           : QKV_LOW_PRECISION_KV ? "passed"
                                                  : "refused (not built)";
     printf("%s: F16, BF16 and I8 K/V cases %s\n", g_backend, verdict);
+  }
+  for (size_t i = 0; i < qkv_backend_count(); ++i) {
+    g_backend = qkv_backend_name(i);
+    if (strcmp(g_backend, "reference") != 0 &&
+        strcmp(g_backend, "helium") != 0) {
+      continue;
+    }
+    const int before = g_failures;
+    BackwardCases();
+    printf("%s: backward cases %s\n", g_backend,
+           g_failures == before ? "passed" : "FAILED");
   }
   g_backend = "reference";
   BadInputCases();  // validation is the boundary's, the same for every backend
