@@ -86,5 +86,5 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   set -euo pipefail
   qkv_install cmake ninja-build g++ pkg-config libhwy-dev libgtest-dev libgmock-dev \
     libbenchmark-dev libopenblas-dev libxsimd-dev python3 python3-numpy \
-    python3-matplotlib openmpi-bin libopenmpi-dev "$@"
+    python3-matplotlib python3-torch openmpi-bin libopenmpi-dev "$@"
 fi

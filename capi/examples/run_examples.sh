@@ -3,8 +3,9 @@
 # OUT_DIR (created if missing), then lists what it wrote.
 # Usage: capi/examples/run_examples.sh BUILD_DIR OUT_DIR
 # The Python examples use Debian's /usr/bin/python3 with python3-numpy and
-# python3-matplotlib (override with QKV_PYTHON); without them they are
-# skipped with a note and the C examples still run.
+# python3-matplotlib (override with QKV_PYTHON), the training examples also
+# python3-torch; without them they are skipped with a note and the C
+# examples still run.
 set -euo pipefail
 if [ $# -ne 2 ]; then
   echo "usage: $0 BUILD_DIR OUT_DIR" >&2
@@ -30,7 +31,8 @@ run() {  # run LOG COMMAND...
 }
 
 bin=$build/capi/examples
-for exe in four_tokens nadaraya_watson kv_cache_decode llama_decode chunked_context; do
+for exe in four_tokens nadaraya_watson nadaraya_watson_train kv_cache_decode \
+    llama_decode chunked_context; do
   run "$out/$exe.txt" "$bin/qkv_$exe"
   tail -n 1 "$out/$exe.txt"
 done
@@ -47,6 +49,17 @@ if [ -x "$python" ] && "$python" -c 'import numpy, matplotlib' 2>/dev/null; then
       PYTHONDONTWRITEBYTECODE=1 MPLBACKEND=Agg "$python" "$src/capi/python/examples/$ex.py" "$out"
     grep '^wrote' "$out/$ex.py.txt"
   done
+  # Training through qkv's backward pass: the full runs (transformer_reverse
+  # under a minute on 2 cores).
+  if "$python" -c 'import torch' 2>/dev/null; then
+    for ex in nadaraya_watson_training transformer_reverse; do
+      run "$out/$ex.py.txt" env QKV_LIBRARY="$lib" PYTHONPATH="$src/capi/python" \
+        PYTHONDONTWRITEBYTECODE=1 MPLBACKEND=Agg "$python" "$src/capi/python/examples/$ex.py" "$out"
+      grep -E '^(final|token accuracy|wrote)' "$out/$ex.py.txt"
+    done
+  else
+    echo "note: $python has no torch (apt-get install python3-torch): training examples skipped"
+  fi
 else
   echo "note: $python with numpy and matplotlib not found" \
        "(apt-get install python3-numpy python3-matplotlib): Python examples skipped"

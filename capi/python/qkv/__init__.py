@@ -269,6 +269,11 @@ def _bind(lib):
         lib.qkv_attention_backward_f32.argtypes = ([ctypes.POINTER(_Desc)] + [ctypes.c_void_p] * 10
                                                    + [ctypes.c_size_t])
         lib.qkv_attention_backward_f32.restype = ctypes.c_int
+        lib.qkv_attention_backward_explain.argtypes = ([ctypes.POINTER(_Desc)]
+                                                       + [ctypes.c_void_p] * 10
+                                                       + [ctypes.c_size_t, ctypes.c_char_p,
+                                                          ctypes.c_size_t])
+        lib.qkv_attention_backward_explain.restype = ctypes.c_int
 
 
 try:
@@ -906,8 +911,8 @@ def attention_backward(q, k, v, out, lse, d_out, *, scale=None, causal=False, va
 
     Errors: a bad shape or dtype raises ValueError or TypeError naming it;
     a status other than QKV_OK raises QkvError as attention() does, with
-    the field and value the forward call would refuse when there is one.
-    qkv.torch.attention wraps this pair as a torch.autograd.Function.
+    qkv_attention_backward_explain's sentence naming the field and its
+    value. qkv.torch.attention wraps this pair as a torch.autograd.Function.
     """
     if not hasattr(_lib, "qkv_attention_backward_f32"):
         raise RuntimeError("qkv.attention_backward: %s does not export "
@@ -946,31 +951,16 @@ def attention_backward(q, k, v, out, lse, d_out, *, scale=None, causal=False, va
             _ptr(d_out), _ptr(d_q), _ptr(d_k), _ptr(d_v), _ptr(workspace), nbytes)
     status = _lib.qkv_attention_backward_f32(*args)
     if status != QKV_OK:
-        raise _status_error(status, "qkv_attention_backward_f32",
-                            _backward_detail(c, status, out, lse))
+        raise _status_error(status, "qkv_attention_backward_f32", _backward_explain(args))
     del args
-    # Nothing to differentiate: no query (B or Lq 0) leaves d_k and d_v 0,
-    # no key (Lk 0) leaves d_q 0, whatever the library did with them.
-    if c.batch == 0 or c.lq == 0:
-        for g in (d_k, d_v):
-            if g is not None:
-                g[...] = 0
-    if c.lk == 0 and d_q is not None:
-        d_q[...] = 0
     return d_q, d_k, d_v
 
 
-def _backward_detail(c, status, out, lse):
-    """Why qkv_attention_backward_f32 refused: the forward's reason, if any."""
-    nbytes = _lib.qkv_attention_workspace_size(ctypes.byref(c.desc))
-    workspace = np.empty(nbytes, dtype=np.uint8) if nbytes else None
-    detail = _explain((ctypes.byref(c.desc), _ptr(c.q4), _ptr(c.k4), _ptr(c.v4), _ptr(out),
-                       None, _ptr(lse), _ptr(workspace), nbytes))
-    if detail and detail != "ok":
-        return detail
-    if status == QKV_ERR_UNSUPPORTED and c.score == "additive":
-        return 'score "additive" has no backward pass'
-    return None
+def _backward_explain(args):
+    """qkv_attention_backward_explain's sentence for the arguments of a call."""
+    message = ctypes.create_string_buffer(512)
+    _lib.qkv_attention_backward_explain(*args, message, len(message))
+    return message.value.decode(errors="replace")
 
 
 # --------------------------------------------------------------------------

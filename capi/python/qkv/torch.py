@@ -19,7 +19,6 @@ does not import torch; this module does (Debian: python3-torch).
 
 import sys
 
-import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 

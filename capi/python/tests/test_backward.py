@@ -301,6 +301,20 @@ class AttentionBackward(GradCase):
                     for n, g, w in zip("qkv", got, autograd_grads(q, k, v, d_out, **opts)):
                         self.assertGradClose(g, w, "%s: d_%s (torch autograd)" % (name, n))
 
+    def test_every_backend(self):
+        """Each engine of this build and CPU (backend=) within the bound."""
+        names = ("GQA 4/2", "softcap", "dot: every variant", "gaussian: every variant")
+        for backend in qkv.backends():
+            for name, seed, dims, options in (c for c in CASES if c[0] in names):
+                with self.subTest(backend=backend, case=name):
+                    q, k, v, d_out, opts = make_case(seed, dims, backend=backend, **options)
+                    out, lse = self.forward(q, k, v, opts)
+                    got = qkv.attention_backward(q, k, v, out, lse, d_out, **opts)
+                    del opts["backend"]
+                    want = analytic_grads(q, k, v, d_out, **opts)
+                    for n, g, w in zip("qkv", got, want):
+                        self.assertGradClose(g, w, "%s on %s: d_%s" % (name, backend, n))
+
     def test_hidden_keys_and_rows_get_zero(self):
         # Batch 1 sees no key (valid length 0), keys >= 5 of batch 0 are seen
         # by nobody: their d_k and d_v are 0, and so is d_q of batch 1.
@@ -375,6 +389,7 @@ class AttentionBackward(GradCase):
             qkv.attention_backward(q, k, v, out, lse, d_out, score="additive", additive=additive)
         self.assertIsInstance(cm.exception, NotImplementedError)
         self.assertEqual(cm.exception.status, qkv.QKV_ERR_UNSUPPORTED)
+        self.assertIn("backward pass", str(cm.exception))
         for dtype in ("f16", "bf16", "int8"):
             with self.subTest(kv_dtype=dtype):
                 with self.assertRaises(qkv.QkvUnsupported) as cm:
