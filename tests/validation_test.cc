@@ -1190,5 +1190,420 @@ TEST_F(StructSizeTest, PrefixEndingBeforeSoftcapDefaultsTheRest) {
   EXPECT_FALSE(BitwiseEqual(moved.out, full.out));
 }
 
+// ---------------------------------------------------------------------------
+// The backward pass (qkv_attention_backward_f32): bad input returns its
+// status and writes nothing to d_q, d_k, d_v (or anywhere else);
+// validation comes before the workspace check; the workspace query answers
+// 0 for a descriptor the backward pass cannot run.
+
+// A backward call: the forward call's arguments (q, k, v, and out and lse
+// as a valid forward call wrote them), then in a second arena
+//   [pad | d_out | pad | d_q | pad | d_k | pad | d_v | pad]
+// so that "nothing written" is a memcmp of the two arenas.
+struct BackCall {
+  Call fwd;
+  std::vector<float> grads;
+  const float* d_out;
+  float *d_q, *d_k, *d_v;
+
+  BackCall() : grads(kPad * 5 + kNumOut + kNumQ + kNumK + kNumV) {
+    MisalignedWorkspace ws(kBigWorkspace);
+    EXPECT_EQ(fwd.Invoke(ws.data(), ws.size()), QKV_OK);
+    std::mt19937 rng(7);
+    FillUniform(&grads, &rng, -1.0f, 1.0f);
+    float* p = grads.data() + kPad;
+    d_out = p;
+    p += kNumOut + kPad;
+    d_q = p;
+    p += kNumQ + kPad;
+    d_k = p;
+    p += kNumK + kPad;
+    d_v = p;
+    ResetGrads();
+  }
+  BackCall(const BackCall&) = delete;
+  BackCall& operator=(const BackCall&) = delete;
+
+  float* DOut() { return const_cast<float*>(d_out); }
+  float* Out() { return fwd.out; }
+  void ResetGrads() {
+    const float s = Bits(GuardedBuffer::kSentinelBits);
+    std::fill(d_q, d_q + kNumQ, s);
+    std::fill(d_k, d_k + kNumK, s);
+    std::fill(d_v, d_v + kNumV, s);
+  }
+  qkv_status Invoke(void* ws, size_t ws_size) {
+    return qkv_attention_backward_f32(fwd.desc_ptr, fwd.q, fwd.k, fwd.v,
+                                      fwd.out, fwd.lse, d_out, d_q, d_k, d_v,
+                                      ws, ws_size);
+  }
+  qkv_status Explain(void* ws, size_t ws_size, char* message, size_t size) {
+    return qkv_attention_backward_explain(fwd.desc_ptr, fwd.q, fwd.k, fwd.v,
+                                          fwd.out, fwd.lse, d_out, d_q, d_k,
+                                          d_v, ws, ws_size, message, size);
+  }
+};
+
+// Runs a refused backward call twice (a big workspace, then none) and
+// checks its status, that neither arena changed, and the workspace query.
+void ExpectBackwardRefused(BackCall* c, qkv_status expected, bool desc_only) {
+  MisalignedWorkspace ws(kBigWorkspace);
+  const std::vector<float> fwd_before = c->fwd.arena, grads_before = c->grads;
+  auto untouched = [&] {
+    return BitwiseEqual(fwd_before, c->fwd.arena) &&
+           BitwiseEqual(grads_before, c->grads);
+  };
+  EXPECT_EQ(c->Invoke(ws.data(), ws.size()), expected)
+      << "with a " << ws.size() << "-byte workspace";
+  EXPECT_TRUE(untouched()) << "a rejected backward call wrote to memory";
+  EXPECT_EQ(c->Invoke(nullptr, 0), expected) << "with no workspace";
+  EXPECT_TRUE(untouched()) << "a rejected backward call wrote to memory";
+  if (desc_only) {
+    EXPECT_EQ(qkv_attention_backward_workspace_size(c->fwd.desc_ptr), 0u)
+        << "the backward workspace query must answer 0 for this descriptor";
+  }
+  // The explanation: the same status, a sentence, nothing written.
+  char message[512];
+  std::memset(message, 0x5A, sizeof message);
+  EXPECT_EQ(c->Explain(ws.data(), ws.size(), message, sizeof message),
+            expected);
+  EXPECT_TRUE(untouched()) << "qkv_attention_backward_explain wrote";
+  ASSERT_NE(std::memchr(message, '\0', sizeof message), nullptr)
+      << "the message is not NUL-terminated";
+  EXPECT_FALSE(std::string(message).empty());
+  EXPECT_NE(std::string(message), "ok");
+  EXPECT_TRUE(ws.GuardsIntact());
+}
+
+// The forward's bad-input list, where it applies to the backward pass: the
+// same status (the backward pass is refused for anything the forward call
+// refuses). Left out: out placed over another buffer (out is an input of
+// the backward pass, and inputs may overlap), the additive score and the
+// K/V element types (which the backward pass refuses as unsupported
+// first; see BackwardBadCases).
+std::vector<BadCase> BackwardApplicableBadCases() {
+  const char* const kSkipPrefixes[] = {"out_is_",
+                                       "out_starts_",
+                                       "out_ends_",
+                                       "out_inside_",
+                                       "out_contains_",
+                                       "out_strides_span_weights",
+                                       "q_strides_span_out",
+                                       "additive_",
+                                       "overflow_additive_hidden",
+                                       "kv_dtype_i8",
+                                       "kv_dtype_f16",
+                                       "k_scale",
+                                       "v_scale",
+                                       "k_scales",
+                                       "v_scales"};
+  std::vector<BadCase> r;
+  for (const BadCase& c : BadCases()) {
+    bool skip = false;
+    for (const char* prefix : kSkipPrefixes) {
+      skip = skip || std::string(c.name).rfind(prefix, 0) == 0;
+    }
+    if (!skip) r.push_back(c);
+  }
+  return r;
+}
+
+class BackwardBadInputTest : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BackwardBadInputTest, SameStatusAsTheForwardAndWritesNothing) {
+  const BadCase& bc = GetParam();
+  BackCall c;
+  MisalignedWorkspace ws(kBigWorkspace);
+  // The unmodified call is fine, so the status below is the mutation's doing.
+  ASSERT_LE(qkv_attention_backward_workspace_size(&c.fwd.desc), kBigWorkspace);
+  ASSERT_EQ(c.Invoke(ws.data(), ws.size()), QKV_OK);
+  c.ResetGrads();
+  bc.mutate(&c.fwd);
+  ExpectBackwardRefused(&c, bc.expected, bc.desc_only);
+}
+
+INSTANTIATE_TEST_SUITE_P(ForwardCases, BackwardBadInputTest,
+                         ::testing::ValuesIn(BackwardApplicableBadCases()),
+                         [](const ::testing::TestParamInfo<BadCase>& info) {
+                           return std::string(info.param.name);
+                         });
+
+struct BackBadCase {
+  const char* name;
+  qkv_status expected;
+  // The descriptor alone is refused: the backward workspace query says 0.
+  bool desc_only;
+  void (*mutate)(BackCall*);
+};
+
+void PrintTo(const BackBadCase& c, std::ostream* os) { *os << c.name; }
+
+// Dense strides: q {160, 40, 8}, k {112, 56, 8}, v {84, 42, 6},
+// out {120, 30, 6}.
+std::vector<BackBadCase> BackwardBadCases() {
+  const qkv_status kInvalid = QKV_ERR_INVALID_ARGUMENT;
+  const qkv_status kUnsupported = QKV_ERR_UNSUPPORTED;
+  return {
+      // The forward's results and d_out are required.
+      {"null_out", kInvalid, false, [](BackCall* c) { c->fwd.out = nullptr; }},
+      {"null_lse", kInvalid, false, [](BackCall* c) { c->fwd.lse = nullptr; }},
+      {"null_d_out", kInvalid, false, [](BackCall* c) { c->d_out = nullptr; }},
+      {"null_out_lse_d_out_no_grads", kInvalid, false,
+       [](BackCall* c) {
+         c->fwd.out = nullptr;
+         c->fwd.lse = nullptr;
+         c->d_out = nullptr;
+         c->d_q = c->d_k = c->d_v = nullptr;
+       }},
+      {"null_q", kInvalid, false, [](BackCall* c) { c->fwd.q = nullptr; }},
+      {"null_k", kInvalid, false, [](BackCall* c) { c->fwd.k = nullptr; }},
+      {"null_v_no_d_v", kInvalid, false,
+       [](BackCall* c) {
+         c->fwd.v = nullptr;
+         c->d_v = nullptr;
+       }},
+      // Score kinds and element types the backward pass does not serve.
+      {"score_additive", kUnsupported, true,
+       [](BackCall* c) {
+         c->fwd.desc.score = QKV_SCORE_ADDITIVE;
+         c->fwd.desc.additive_hidden = 16;
+         c->fwd.desc.additive_w_q = c->fwd.w_q.data();
+         c->fwd.desc.additive_w_k = c->fwd.w_k.data();
+         c->fwd.desc.additive_w_v = c->fwd.w_v.data();
+       }},
+      {"kv_dtype_f16", kUnsupported, true,
+       [](BackCall* c) { c->fwd.desc.kv_dtype = QKV_DTYPE_F16; }},
+      {"kv_dtype_bf16", kUnsupported, true,
+       [](BackCall* c) { c->fwd.desc.kv_dtype = QKV_DTYPE_BF16; }},
+      {"kv_dtype_i8_with_scales", kUnsupported, true,
+       [](BackCall* c) { c->fwd.UseI8(); }},
+      // Gradients over inputs: equal, partial overlaps, one inside another.
+      {"d_q_is_q", kInvalid, false, [](BackCall* c) { c->d_q = c->fwd.Q(); }},
+      {"d_q_starts_in_q_tail", kInvalid, false,
+       [](BackCall* c) { c->d_q = c->fwd.Q() + kNumQ - 1; }},
+      {"d_k_ends_in_k_head", kInvalid, false,
+       [](BackCall* c) { c->d_k = c->fwd.K() - kNumK + 1; }},
+      {"d_v_inside_v", kInvalid, false,
+       [](BackCall* c) { c->d_v = c->fwd.V() + 1; }},
+      {"d_k_contains_v", kInvalid, false,
+       [](BackCall* c) { c->d_k = c->fwd.V() - 10; }},
+      {"d_q_over_out", kInvalid, false,
+       [](BackCall* c) { c->d_q = c->Out() + 10; }},
+      {"d_v_over_lse", kInvalid, false,
+       [](BackCall* c) { c->d_v = c->fwd.lse - 5; }},
+      {"d_q_over_d_out", kInvalid, false,
+       [](BackCall* c) { c->d_q = c->DOut() + kNumOut - 1; }},
+      {"d_k_ends_in_lse_head", kInvalid, false,
+       [](BackCall* c) { c->d_k = c->fwd.lse - kNumK + 1; }},
+      // Gradients over each other.
+      {"d_k_is_d_v", kInvalid, false, [](BackCall* c) { c->d_k = c->d_v; }},
+      {"d_k_overlaps_d_v", kInvalid, false,
+       [](BackCall* c) { c->d_k = c->d_v - kNumK + 1; }},
+      {"d_q_overlaps_d_k", kInvalid, false,
+       [](BackCall* c) { c->d_q = c->d_k + kNumK - 1; }},
+      {"d_v_inside_d_q", kInvalid, false,
+       [](BackCall* c) { c->d_v = c->d_q + 3; }},
+      // Layouts that make two gradient elements share memory: an operand
+      // broadcast over the batch (batch 2) or the heads, rows aliasing.
+      {"d_k_with_k_batch_broadcast", kInvalid, false,
+       [](BackCall* c) {
+         c->fwd.desc.k_strides = {0, 56, 8};
+       }},
+      {"d_v_with_v_batch_broadcast", kInvalid, false,
+       [](BackCall* c) {
+         c->fwd.desc.v_strides = {0, 42, 6};
+       }},
+      {"d_q_with_q_batch_broadcast", kInvalid, false,
+       [](BackCall* c) {
+         c->fwd.desc.q_strides = {0, 40, 8};
+       }},
+      {"d_k_with_k_head_stride_0", kInvalid, false,
+       [](BackCall* c) {
+         c->fwd.desc.k_strides = {112, 0, 8};
+       }},
+      {"d_v_with_v_heads_aliasing_tokens", kInvalid, false,
+       [](BackCall* c) {
+         c->fwd.desc.v_strides = {84, 6, 6};
+       }},
+      {"d_q_with_q_tokens_aliasing_heads", kInvalid, false,
+       [](BackCall* c) {
+         c->fwd.desc.q_strides = {160, 8, 8};
+       }},
+  };
+}
+
+class BackwardOnlyBadInputTest : public ::testing::TestWithParam<BackBadCase> {
+};
+
+TEST_P(BackwardOnlyBadInputTest, ReturnsStatusAndWritesNothing) {
+  const BackBadCase& bc = GetParam();
+  BackCall c;
+  MisalignedWorkspace ws(kBigWorkspace);
+  ASSERT_EQ(c.Invoke(ws.data(), ws.size()), QKV_OK);
+  c.ResetGrads();
+  bc.mutate(&c);
+  ExpectBackwardRefused(&c, bc.expected, bc.desc_only);
+}
+
+INSTANTIATE_TEST_SUITE_P(BackwardCases, BackwardOnlyBadInputTest,
+                         ::testing::ValuesIn(BackwardBadCases()),
+                         [](const ::testing::TestParamInfo<BackBadCase>& info) {
+                           return std::string(info.param.name);
+                         });
+
+TEST(BackwardBadInputListTest, NamesAreUnique) {
+  std::set<std::string> names;
+  for (const BackBadCase& c : BackwardBadCases()) {
+    EXPECT_TRUE(names.insert(c.name).second) << c.name;
+  }
+}
+
+// The layouts refused above with a gradient are fine without it: an
+// operand broadcast over the batch with its gradient NULL.
+TEST(BackwardValidationTest, BroadcastOperandWithoutItsGradientIsAccepted) {
+  MisalignedWorkspace ws(kBigWorkspace);
+  {
+    BackCall c;
+    c.fwd.desc.k_strides = {0, 56, 8};
+    c.fwd.desc.v_strides = {0, 42, 6};
+    c.d_k = c.d_v = nullptr;
+    EXPECT_EQ(c.Invoke(ws.data(), ws.size()), QKV_OK);
+  }
+  {
+    BackCall c;
+    c.fwd.desc.q_strides = {0, 40, 8};
+    c.d_q = nullptr;
+    EXPECT_EQ(c.Invoke(ws.data(), ws.size()), QKV_OK);
+  }
+  {
+    // No gradient at all: nothing to write, accepted.
+    BackCall c;
+    c.d_q = c.d_k = c.d_v = nullptr;
+    const std::vector<float> before = c.grads;
+    EXPECT_EQ(c.Invoke(ws.data(), ws.size()), QKV_OK);
+    EXPECT_TRUE(BitwiseEqual(before, c.grads));
+    char message[64];
+    EXPECT_EQ(c.Explain(ws.data(), ws.size(), message, sizeof message), QKV_OK);
+    EXPECT_STREQ(message, "ok");
+  }
+}
+
+// Neighbours are not overlaps: a gradient ending where an input begins or
+// starting right after another gradient.
+TEST(BackwardValidationTest, AdjacentBuffersAreAccepted) {
+  MisalignedWorkspace ws(kBigWorkspace);
+  for (int where = 0; where < 4; ++where) {
+    SCOPED_TRACE("placement " + std::to_string(where));
+    BackCall c;
+    if (where == 0) c.d_q = c.fwd.Q() - kNumQ;
+    if (where == 1) c.d_k = c.fwd.lse + kNumLse;
+    if (where == 2) c.d_v = c.d_k + kNumK;
+    if (where == 3) c.d_q = c.DOut() + kNumOut;
+    EXPECT_EQ(c.Invoke(ws.data(), ws.size()), QKV_OK);
+  }
+}
+
+// A gradient inside the workspace is refused (on every backend that needs
+// a workspace here), and so is a short workspace, on every backend: nothing
+// written; validation comes first.
+TEST(BackwardValidationTest, WorkspaceShortOrOverlappedIsRefused) {
+  for (const std::string& backend : BackendNames()) {
+    SCOPED_TRACE("backend " + backend);
+    BackCall c;
+    c.fwd.desc.backend = backend.c_str();
+    c.fwd.desc.mask = QKV_MASK_CAUSAL;
+    const size_t need = qkv_attention_backward_workspace_size(&c.fwd.desc);
+    if (need == 0) continue;  // this backend needs none for this shape
+    const std::vector<float> fwd_before = c.fwd.arena, before = c.grads;
+    auto untouched = [&] {
+      return BitwiseEqual(fwd_before, c.fwd.arena) &&
+             BitwiseEqual(before, c.grads);
+    };
+    MisalignedWorkspace short_ws(need - 1);
+    EXPECT_EQ(c.Invoke(short_ws.data(), short_ws.size()),
+              QKV_ERR_WORKSPACE_TOO_SMALL);
+    EXPECT_EQ(c.Invoke(nullptr, 0), QKV_ERR_WORKSPACE_TOO_SMALL);
+    char message[256];
+    EXPECT_EQ(
+        c.Explain(short_ws.data(), short_ws.size(), message, sizeof message),
+        QKV_ERR_WORKSPACE_TOO_SMALL);
+    EXPECT_TRUE(untouched()) << "a call refused for its workspace wrote";
+    EXPECT_TRUE(short_ws.GuardsIntact());
+    // An invalid call with a short workspace: the invalid argument first.
+    c.fwd.desc.kv_heads = 3;
+    EXPECT_EQ(c.Invoke(short_ws.data(), short_ws.size()),
+              QKV_ERR_INVALID_ARGUMENT);
+    c.fwd.desc.kv_heads = kKvHeads;
+    // d_v inside the workspace.
+    std::vector<float> shared((need + 3) / 4 + kNumV + 64);
+    float* d_v = c.d_v;
+    c.d_v = shared.data() + 16;
+    EXPECT_EQ(c.Invoke(shared.data(), need), QKV_ERR_INVALID_ARGUMENT);
+    c.d_v = d_v;
+    EXPECT_TRUE(untouched());
+    MisalignedWorkspace exact(need);
+    EXPECT_EQ(c.Invoke(exact.data(), exact.size()), QKV_OK);
+    EXPECT_TRUE(exact.GuardsIntact());
+  }
+}
+
+// The backward workspace query: 0 for NULL and for descriptors the
+// forward refuses; the same answer with a shorter struct_size whose tail
+// holds defaults.
+TEST(BackwardValidationTest, WorkspaceQueryOfInvalidDescriptorsIsZero) {
+  EXPECT_EQ(qkv_attention_backward_workspace_size(nullptr), 0u);
+  qkv_attention_desc d;
+  qkv_attention_desc_init(&d, 2, 4, 3, 5, 7, 8, 6);  // 4 % 3 != 0
+  EXPECT_EQ(qkv_attention_backward_workspace_size(&d), 0u);
+  qkv_attention_desc_init(&d, 2, 4, 2, 5, 7, 8, 6);
+  d.scale = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(qkv_attention_backward_workspace_size(&d), 0u);
+  qkv_attention_desc_init(&d, 2, 4, 2, 5, 7, 8, 6);
+  d.softcap = -1.0f;
+  EXPECT_EQ(qkv_attention_backward_workspace_size(&d), 0u);
+  qkv_attention_desc_init(&d, 2, 4, 2, 5, 7, 0, 6);
+  EXPECT_EQ(qkv_attention_backward_workspace_size(&d), 0u);
+  qkv_attention_desc_init(&d, 2, 4, 2, 5, 7, 8, 6);
+  d.backend = "nope";
+  EXPECT_EQ(qkv_attention_backward_workspace_size(&d), 0u);
+}
+
+// Older callers: a struct_size that ends before the 0.2 fields (or before
+// `backend`) leaves them at their defaults, whatever they hold; the
+// gradients keep their bits.
+TEST(BackwardValidationTest, StructSizePrefixesDefaultTheRest) {
+  MisalignedWorkspace ws(kBigWorkspace);
+  BackCall c;
+  c.fwd.desc.mask = QKV_MASK_CAUSAL;
+  ASSERT_EQ(c.Invoke(ws.data(), ws.size()), QKV_OK);
+  const std::vector<float> full = c.grads;
+  const float nans[kQHeads] = {NAN, NAN, NAN, NAN};
+  const int32_t starts[kBatch] = {-1, -1};
+  {
+    SCOPED_TRACE("0.1 caller");
+    c.ResetGrads();
+    qkv_attention_desc& d = c.fwd.desc;
+    d.struct_size = offsetof(qkv_attention_desc, kv_dtype);
+    SetRawDtype(&d, 77);
+    d.q_strides = d.k_strides = d.v_strides = {-1, -1, -1};
+    d.out_strides = {0, 0, 1};
+    d.softcap = -1.0f;
+    d.alibi_slopes = nans;
+    d.sinks = nans;
+    d.q_pos = starts;
+    d.kv_start = starts;
+    EXPECT_EQ(c.Invoke(ws.data(), ws.size()), QKV_OK);
+    EXPECT_TRUE(BitwiseEqual(full, c.grads));
+  }
+  {
+    SCOPED_TRACE("before backend");
+    c.ResetGrads();
+    c.fwd.desc.struct_size = offsetof(qkv_attention_desc, backend);
+    c.fwd.desc.backend = "nope";
+    EXPECT_EQ(c.Invoke(ws.data(), ws.size()), QKV_OK);
+    EXPECT_TRUE(BitwiseEqual(full, c.grads));
+  }
+}
+
 }  // namespace
 }  // namespace qkv_test

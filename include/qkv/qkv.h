@@ -284,12 +284,16 @@ QKV_API size_t qkv_attention_backward_workspace_size(
  * and variant (causal, valid lens, bias, window, ALiBi, softcap, sinks,
  * q_pos, kv_start) and GQA; the bias, ALiBi slopes and sinks are constants
  * (no gradient). QKV_SCORE_ADDITIVE and kv_dtype other than F32:
- * QKV_ERR_UNSUPPORTED. NULL out, lse or d_out, or any argument the forward
- * call would refuse: QKV_ERR_INVALID_ARGUMENT; a short workspace:
- * QKV_ERR_WORKSPACE_TOO_SMALL; in both cases nothing is written.
- * Gradients must not overlap the inputs, each other or the workspace.
+ * QKV_ERR_UNSUPPORTED. A descriptor the forward call refuses: the forward's
+ * status. NULL out, lse or d_out (with rows to compute), or gradients
+ * overlapping the inputs, each other or the workspace:
+ * QKV_ERR_INVALID_ARGUMENT; a short workspace: QKV_ERR_WORKSPACE_TOO_SMALL;
+ * on any refusal nothing is written. q_len 0 (or batch of no queries)
+ * leaves every key unseen: d_k and d_v are zeros; kv_len 0: d_q zeros.
  * Accuracy: each gradient within 1e-3 of its largest element's magnitude
- * of the exact gradient of the attention the forward computed. No
+ * of the exact gradient of the attention the forward computed (plus f32
+ * rounding where exact terms cancel: an element that is exactly 0, such
+ * as d_q of a row with one visible key, may come out near 1e-8). No
  * allocation; tasks run on desc's pool (one parallel_for call, one task
  * per (batch, kv head)); bitwise identical for every num_workers and
  * schedule. */
