@@ -26,8 +26,8 @@
 // oracles (no softcap chain factor, no sink, no GQA sum, ...) must disagree
 // with the library.
 //
-// One test per case ("Cases/BackwardTest.MatchesOracleOnEveryBackend/
-// gqa_8_over_2"), each running every backend in turn.
+// One test per case and backend ("Cases/BackwardTest.MatchesOracle/
+// gqa_8_over_2_highway_AVX2").
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -1120,20 +1120,27 @@ void CheckAgainstOracle(const BCase& c, const std::string& backend) {
          "overwritten";
 }
 
-class BackwardTest : public ::testing::TestWithParam<BCase> {};
+// One test per (case, backend), named <case>_<backend>, so that a run
+// filtered by backend (.ci/cross: '*SVE*' at three SVE vector lengths)
+// takes every case on that backend.
+class BackwardTest
+    : public ::testing::TestWithParam<std::tuple<std::string, BCase>> {};
 
-TEST_P(BackwardTest, MatchesOracleOnEveryBackend) {
-  for (const std::string& backend : BackendNames()) {
-    SCOPED_TRACE("backend " + backend);
-    CheckAgainstOracle(GetParam(), backend);
-  }
+TEST_P(BackwardTest, MatchesOracle) {
+  const std::string& backend = std::get<0>(GetParam());
+  SCOPED_TRACE("backend " + backend);
+  CheckAgainstOracle(std::get<1>(GetParam()), backend);
 }
 
-std::string CaseName(const ::testing::TestParamInfo<BCase>& info) {
-  return info.param.name;
+std::string CaseName(
+    const ::testing::TestParamInfo<std::tuple<std::string, BCase>>& info) {
+  return std::get<1>(info.param).name + "_" +
+         SanitizeForTestName(std::get<0>(info.param));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, BackwardTest, ::testing::ValuesIn(AllCases()),
+INSTANTIATE_TEST_SUITE_P(Cases, BackwardTest,
+                         ::testing::Combine(::testing::ValuesIn(BackendNames()),
+                                            ::testing::ValuesIn(AllCases())),
                          CaseName);
 
 TEST(BackwardCaseListTest, NamesAreUniqueAndShapesValid) {
@@ -1473,8 +1480,11 @@ TEST_P(BackwardDeterminismTest, BitwiseIdenticalForEveryWorkerCount) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, BackwardDeterminismTest,
-                         ::testing::ValuesIn(DeterminismCases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(
+    Cases, BackwardDeterminismTest, ::testing::ValuesIn(DeterminismCases()),
+    [](const ::testing::TestParamInfo<BCase>& info) {
+      return info.param.name;
+    });
 #endif  // !__wasi__
 
 }  // namespace

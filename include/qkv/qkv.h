@@ -288,7 +288,7 @@ QKV_API size_t qkv_attention_backward_workspace_size(
  * status. NULL out, lse or d_out (with rows to compute), or gradients
  * overlapping the inputs, each other or the workspace:
  * QKV_ERR_INVALID_ARGUMENT; a short workspace: QKV_ERR_WORKSPACE_TOO_SMALL;
- * on any refusal nothing is written. q_len 0 (or batch of no queries)
+ * on any refusal nothing is written. q_len 0
  * leaves every key unseen: d_k and d_v are zeros; kv_len 0: d_q zeros.
  * Accuracy: each gradient within 1e-3 of its largest element's magnitude
  * of the exact gradient of the attention the forward computed (plus f32
