@@ -3,6 +3,9 @@
 // (baseline_blas.cc is built with -O3 -march=native -ffast-math, so expf goes
 // through glibc's libmvec), then O = P V (cblas_sgemm). This is the
 // "vectorized 3-step" of the Performance issue: the baseline qkv must beat.
+// And its backward pass written the same way (BlasAttentionBackwardHead):
+// five sgemms and two elementwise loops, the baseline of
+// qkv_attention_backward_f32.
 #ifndef QKV_BENCH_BASELINE_BLAS_H_
 #define QKV_BENCH_BASELINE_BLAS_H_
 
@@ -40,6 +43,28 @@ size_t BlasScratchFloats(const BlasShape& shape);
 // out [q_len][value_dim]; scratch holds BlasScratchFloats(shape) floats.
 void BlasAttentionHead(const BlasShape& shape, const float* q, const float* k,
                        const float* v, float* out, float* scratch);
+
+// Floats of scratch one head's backward pass needs: P and dP (q_len x
+// kv_len each) and D (q_len).
+size_t BlasBackwardScratchFloats(const BlasShape& shape);
+
+// The backward pass of one head, given the forward's out and lse (natural
+// log of each row's softmax denominator, as qkv_attention_f32 writes it) and
+// d_out; writes d_q [q_len][head_dim], d_k [kv_len][head_dim] and d_v
+// [kv_len][value_dim] (overwritten). The plain way, nothing skipped:
+//   S  = scale * Q K^T                       (sgemm)
+//   P  = exp(S - lse_i), 0 where masked      (elementwise loop)
+//   dP = dO V^T                              (sgemm)
+//   D  = rowsum(dO * O)                      (loop)
+//   dS = scale * P * (dP - D_i)              (elementwise loop)
+//   dV = P^T dO, dQ = dS K, dK = dS^T Q      (sgemms)
+// The sgemms run over the full q_len x kv_len, masked or not (the masked
+// entries of P and dS are 0). scratch holds BlasBackwardScratchFloats(shape)
+// floats.
+void BlasAttentionBackwardHead(const BlasShape& shape, const float* q,
+                               const float* k, const float* v, const float* out,
+                               const float* lse, const float* d_out, float* d_q,
+                               float* d_k, float* d_v, float* scratch);
 
 }  // namespace qkv_bench
 

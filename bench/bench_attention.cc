@@ -22,6 +22,13 @@
 // Then two workers against one on S2 and S3, paired in time, for each
 // engine's best backend and OpenBLAS (the scaling section below):
 //   scaling/<shape>/<implementation>
+// Then the backward pass (qkv_attention_backward_f32) on S2 and S3, against
+// the forward and against the same gradients written as OpenBLAS calls (the
+// backward section below):
+//   backward_f32/<shape>/<implementation>/workers:<n>
+//   backward_paired/<shape>/<backend>      forward, backward, baseline
+//                                          paired in time
+//   scaling_backward/<shape>/<backend>     2 workers against 1, paired
 // Last, the 0.2 variants (sliding window, ALiBi, sinks, softcap) and layouts
 // (token-major, a padded cache) against the same call without them, paired
 // in time on the default backend (the vs plain section below):
@@ -42,6 +49,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -87,6 +95,13 @@ struct Shape {
       return Pairs() * (3.0 * hidden + 2.0 * value_dim());
     }
     return Pairs() * 2.0 * (head_dim + value_dim());
+  }
+  // The backward pass (DOT): five matrix products over the visible pairs,
+  // 2 flops per element each: S = Q K^T, dQ = dS K and dK = dS^T Q over
+  // head_dim, dP = dO V^T and dV = P^T dO over value_dim. 2.5x Flops() when
+  // value_dim = head_dim (FlashAttention-2's count).
+  double BackwardFlops() const {
+    return Pairs() * 2.0 * (3.0 * head_dim + 2.0 * value_dim());
   }
   size_t QFloats() const { return size_t(batch * heads * q_len * head_dim); }
   size_t KFloats() const { return size_t(batch * heads * kv_len * head_dim); }
@@ -245,8 +260,10 @@ qkv_test::ThreadPool& Pool(size_t workers) {
 // throughput of two copies of the 1-worker call side by side, in units of
 // one (2.0: two full cores), median of a few tries; see the scaling
 // section below. Every 2-worker benchmark records it after its timing loop
-// as the counter "machine".
-double MachineFor(const Shape& s, const std::string& impl);
+// as the counter "machine". backward: of the backward pass (impl a backend
+// or "openblas_5gemm").
+double MachineFor(const Shape& s, const std::string& impl,
+                  bool backward = false);
 
 // One qkv benchmark: a backend, a shape, a worker count (0: no pool,
 // parallel_for NULL). The workspace is allocated on first run and kept.
@@ -348,6 +365,140 @@ void RunBlas(benchmark::State& state, BlasCase* c) {
   if (c->workers == 2) {
     state.counters["machine"] = MachineFor(s, "openblas_3step");
   }
+}
+
+// ---------------------------------------------------------------- backward
+// Inputs and outputs of qkv_attention_backward_f32 on one shape, shared by
+// its benchmarks (the backward_f32 rows, their paired ratios and scaling),
+// made on first use: out and lse from one forward call on the default
+// backend, d_out uniform in [-1, 1], and the OpenBLAS baseline's gradients
+// (BlasAttentionBackwardHead) that every implementation's first call is
+// checked against (the counter max_err).
+struct BackwardData {
+  Buffer out, lse, d_out;
+  Buffer grad[3];      // d_q, d_k, d_v: what the timed calls write
+  Buffer expected[3];  // the baseline's d_q, d_k, d_v
+  float max_abs[3] = {0, 0, 0};
+  bool have_expected = false;
+  qkv_status forward_status = QKV_OK;
+
+  size_t GradFloats(const Shape& s, int i) const {
+    return i == 0 ? s.QFloats() : i == 1 ? s.KFloats() : s.VFloats();
+  }
+};
+
+BackwardData& BackwardDataFor(const Shape& s) {
+  static std::map<std::string, std::unique_ptr<BackwardData>> cache;
+  std::unique_ptr<BackwardData>& slot = cache[s.name];
+  if (slot) return *slot;
+  slot.reset(new BackwardData);
+  BackwardData& g = *slot;
+  ShapeData& d = DataFor(s);
+  std::mt19937 rng(54321);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  g.out = AllocFloats(s.OutFloats());
+  g.lse = AllocFloats(size_t(s.batch * s.heads * s.q_len));
+  g.d_out = AllocFloats(s.OutFloats());
+  for (size_t i = 0; i < s.OutFloats(); ++i) g.d_out.get()[i] = dist(rng);
+  for (int i = 0; i < 3; ++i) g.grad[i] = AllocFloats(g.GradFloats(s, i));
+  // The training step's forward call: out and lse as the backward pass
+  // receives them.
+  qkv_attention_desc desc = DescFor(s, d, nullptr, 0);
+  const size_t bytes = qkv_attention_workspace_size(&desc);
+  Buffer ws = AllocFloats((bytes + 3) / 4);
+  g.forward_status =
+      qkv_attention_f32(&desc, d.q.get(), d.k.get(), d.v.get(), g.out.get(),
+                        nullptr, g.lse.get(), ws.get(), bytes);
+  return g;
+}
+
+// The baseline's backward pass over all heads; heads are tasks of our pool,
+// as for the three-step forward.
+struct BlasBackwardRun {
+  const Shape* shape;
+  BlasShape bs;
+  const float *q, *k, *v, *out, *lse, *d_out;
+  float *d_q, *d_k, *d_v;
+  float* scratch;  // one BlasBackwardScratchFloats per worker
+  size_t scratch_floats;
+
+  static void Task(void* arg, size_t task, size_t worker) {
+    const BlasBackwardRun& r = *static_cast<const BlasBackwardRun*>(arg);
+    const Shape& s = *r.shape;
+    const size_t t = task;
+    const size_t qd = size_t(s.q_len * s.head_dim);
+    const size_t kd = size_t(s.kv_len * s.head_dim);
+    const size_t vd = size_t(s.kv_len * s.value_dim());
+    const size_t od = size_t(s.q_len * s.value_dim());
+    BlasAttentionBackwardHead(
+        r.bs, r.q + t * qd, r.k + t * kd, r.v + t * vd, r.out + t * od,
+        r.lse + t * size_t(s.q_len), r.d_out + t * od, r.d_q + t * qd,
+        r.d_k + t * kd, r.d_v + t * vd, r.scratch + worker * r.scratch_floats);
+  }
+
+  // The run writing `grad` (d_q, d_k, d_v) with `scratch`.
+  static BlasBackwardRun Of(const Shape& s, const BackwardData& g,
+                            float* const grad[3], float* scratch) {
+    const ShapeData& d = DataFor(s);
+    const BlasShape bs = BlasShapeOf(s);
+    BlasBackwardRun run;
+    run.shape = &s;
+    run.bs = bs;
+    run.q = d.q.get();
+    run.k = d.k.get();
+    run.v = d.v.get();
+    run.out = g.out.get();
+    run.lse = g.lse.get();
+    run.d_out = g.d_out.get();
+    run.d_q = grad[0];
+    run.d_k = grad[1];
+    run.d_v = grad[2];
+    run.scratch = scratch;
+    run.scratch_floats = BlasBackwardScratchFloats(bs);
+    return run;
+  }
+};
+
+void ComputeBackwardExpected(const Shape& s, BackwardData& g) {
+  if (g.have_expected || !BlasAvailable() || s.score != QKV_SCORE_DOT ||
+      g.forward_status != QKV_OK) {
+    return;
+  }
+  float* grad[3];
+  for (int i = 0; i < 3; ++i) {
+    g.expected[i] = AllocFloats(g.GradFloats(s, i));
+    grad[i] = g.expected[i].get();
+  }
+  Buffer scratch = AllocFloats(BlasBackwardScratchFloats(BlasShapeOf(s)));
+  BlasBackwardRun run = BlasBackwardRun::Of(s, g, grad, scratch.get());
+  for (size_t t = 0; t < size_t(s.batch * s.heads); ++t) {
+    BlasBackwardRun::Task(&run, t, 0);
+  }
+  for (int i = 0; i < 3; ++i) {
+    for (size_t j = 0; j < g.GradFloats(s, i); ++j) {
+      g.max_abs[i] = std::max(g.max_abs[i], std::fabs(grad[i][j]));
+    }
+  }
+  g.have_expected = true;
+}
+
+// max over d_q, d_k, d_v of max |grad - baseline grad| / max |baseline grad|
+// (the accuracy the header promises is 1e-3 of that); -1 without a baseline.
+double BackwardMaxErr(const Shape& s, const BackwardData& g,
+                      float* const grad[3]) {
+  if (!g.have_expected) return -1.0;
+  double worst = 0.0;
+  for (int i = 0; i < 3; ++i) {
+    double err = 0.0;
+    for (size_t j = 0; j < g.GradFloats(s, i); ++j) {
+      const double e =
+          std::fabs(double(grad[i][j]) - double(g.expected[i].get()[j]));
+      if (!(e <= err)) err = e;  // NaN sticks
+    }
+    if (g.max_abs[i] > 0) err /= g.max_abs[i];
+    if (!(err <= worst)) worst = err;
+  }
+  return worst;
 }
 
 std::vector<Shape> Shapes() {
@@ -555,23 +706,37 @@ void Wake(size_t threads) {
 // copy 0 or 1 of the 1-worker call (own workspace and output).
 struct ScalingCase {
   Shape shape;
-  std::string impl;  // a backend name or "openblas_3step"
+  std::string impl;  // a backend name, "openblas_3step" or "openblas_5gemm"
+  // The backward pass (qkv_attention_backward_f32, or the baseline's) in
+  // place of the forward call; its inputs from BackwardDataFor.
+  bool backward = false;
   // [0], [1]: the copies' 1-worker workspaces (BLAS: scratch); [2]: the
   // 2-worker one. The 1-worker call is copy 0.
   Buffer ws[3];
   size_t ws_bytes[3] = {0, 0, 0};
-  Buffer copy_out;  // copy 1's output (copy 0 writes the shape's own)
+  Buffer copy_out;      // copy 1's output (copy 0 writes the shape's own)
+  Buffer copy_grad[3];  // backward: copy 1's d_q, d_k, d_v
   qkv_attention_desc one = {}, two = {};
   bool ready = false;
   bool ok = true;
 
-  bool blas() const { return impl == "openblas_3step"; }
+  bool blas() const {
+    return impl == "openblas_3step" || impl == "openblas_5gemm";
+  }
 
   void Prepare() {
     ShapeData& d = DataFor(shape);
     copy_out = AllocFloats(shape.OutFloats());
+    if (backward) {
+      const BackwardData& g = BackwardDataFor(shape);
+      for (int i = 0; i < 3; ++i) {
+        copy_grad[i] = AllocFloats(g.GradFloats(shape, i));
+      }
+    }
     if (blas()) {
-      const size_t scratch = BlasScratchFloats(BlasShapeOf(shape));
+      const BlasShape bs = BlasShapeOf(shape);
+      const size_t scratch =
+          backward ? BlasBackwardScratchFloats(bs) : BlasScratchFloats(bs);
       ws[0] = AllocFloats(scratch);
       ws[1] = AllocFloats(scratch);
       ws[2] = AllocFloats(scratch * 2);
@@ -579,27 +744,59 @@ struct ScalingCase {
       one = DescFor(shape, d, impl.c_str(), 0);
       two = DescFor(shape, d, impl.c_str(), 2);
       for (size_t i = 0; i < 3; ++i) {
-        ws_bytes[i] = qkv_attention_workspace_size(i < 2 ? &one : &two);
+        const qkv_attention_desc* desc = i < 2 ? &one : &two;
+        ws_bytes[i] = backward ? qkv_attention_backward_workspace_size(desc)
+                               : qkv_attention_workspace_size(desc);
         if (ws_bytes[i] > 0) ws[i] = AllocFloats((ws_bytes[i] + 3) / 4);
       }
     }
     ready = true;
   }
 
+  // A baseline's per-head task over every head: on the 2-worker pool for
+  // slot 2, else inline.
+  template <class Run>
+  void OverHeads(size_t slot, Run* run) {
+    const size_t heads = size_t(shape.batch * shape.heads);
+    if (slot == 2) {
+      Pool(2).Run(heads, &Run::Task, run);
+    } else {
+      for (size_t t = 0; t < heads; ++t) Run::Task(run, t, 0);
+    }
+  }
+
+  void CallBackward(size_t slot) {
+    ShapeData& d = DataFor(shape);
+    BackwardData& g = BackwardDataFor(shape);
+    float* grad[3];
+    for (int i = 0; i < 3; ++i) {
+      grad[i] = slot == 1 ? copy_grad[i].get() : g.grad[i].get();
+    }
+    if (blas()) {
+      BlasBackwardRun run = BlasBackwardRun::Of(shape, g, grad, ws[slot].get());
+      OverHeads(slot, &run);
+      return;
+    }
+    const qkv_attention_desc* desc = slot == 2 ? &two : &one;
+    ok = ok && qkv_attention_backward_f32(
+                   desc, d.q.get(), d.k.get(), d.v.get(), g.out.get(),
+                   g.lse.get(), g.d_out.get(), grad[0], grad[1], grad[2],
+                   ws[slot].get(), ws_bytes[slot]) == QKV_OK;
+  }
+
   // slot 0 or 1: that copy of the 1-worker call; 2: the 2-worker call.
   void Call(size_t slot) {
+    if (backward) {
+      CallBackward(slot);
+      return;
+    }
     ShapeData& d = DataFor(shape);
     float* out = slot == 1 ? copy_out.get() : d.out.get();
     if (blas()) {
       const BlasShape bs = BlasShapeOf(shape);
       BlasRun run{&shape,    bs,  d.q.get(),      d.k.get(),
                   d.v.get(), out, ws[slot].get(), BlasScratchFloats(bs)};
-      const size_t heads = size_t(shape.batch * shape.heads);
-      if (slot == 2) {
-        Pool(2).Run(heads, &BlasRun::Task, &run);
-      } else {
-        for (size_t t = 0; t < heads; ++t) BlasRun::Task(&run, t, 0);
-      }
+      OverHeads(slot, &run);
       return;
     }
     const qkv_attention_desc* desc = slot == 2 ? &two : &one;
@@ -661,14 +858,17 @@ struct ScalingCase {
   }
 };
 
-// The ScalingCase of (shape, implementation), made on first use.
-ScalingCase* ScalingCaseFor(const Shape& s, const std::string& impl) {
+// The ScalingCase of (shape, implementation, direction), made on first use.
+ScalingCase* ScalingCaseFor(const Shape& s, const std::string& impl,
+                            bool backward = false) {
   static std::map<std::string, std::unique_ptr<ScalingCase>> cases;
-  std::unique_ptr<ScalingCase>& c = cases[s.name + "/" + impl];
+  std::unique_ptr<ScalingCase>& c =
+      cases[s.name + "/" + impl + (backward ? "/backward" : "")];
   if (!c) {
     c.reset(new ScalingCase);
     c->shape = s;
     c->impl = impl;
+    c->backward = backward;
   }
   return c.get();
 }
@@ -680,9 +880,9 @@ ScalingCase* ScalingCaseFor(const Shape& s, const std::string& impl) {
 constexpr double kMachineCheckMicros = 20000.0;
 constexpr double kMachineMinFlops = 1e6;
 
-double MachineFor(const Shape& s, const std::string& impl) {
+double MachineFor(const Shape& s, const std::string& impl, bool backward) {
   if (s.Flops() < kMachineMinFlops) return std::nan("");
-  ScalingCase* c = ScalingCaseFor(s, impl);
+  ScalingCase* c = ScalingCaseFor(s, impl, backward);
   const int calls = c->CallsPerSlice();
   std::vector<double> m;
   const auto t0 = std::chrono::steady_clock::now();
@@ -719,7 +919,8 @@ void RunScaling(benchmark::State& state, ScalingCase* c) {
     }
   }
   if (!c->ok) {
-    state.SkipWithError("qkv_attention_f32 failed");
+    state.SkipWithError(c->backward ? "qkv_attention_backward_f32 failed"
+                                    : "qkv_attention_f32 failed");
     return;
   }
   state.counters["speedup"] = Median(speedup);
@@ -1271,6 +1472,285 @@ void RegisterVsPlain() {
   }
 }
 
+// ---------------------------------------------------------------- backward
+// qkv_attention_backward_f32 on S2 and S3 (DOT; S2 causal) against the
+// forward and against the same backward pass written as BLAS calls:
+//   backward_f32/<shape>/<backend>/workers:<n>     the default backend (1 and
+//       2 workers) and the AVX2 one (1 worker) when the default is another
+//       (an AVX-512 CPU measures both ISAs in one run)
+//   backward_f32/<shape>/openblas_5gemm/workers:<n>   the baseline
+//       (BlasAttentionBackwardHead: five sgemms, the exp and dS loops, the
+//       heads split over our pool like the three-step forward's)
+// Counters: flop (BackwardFlops: 2.5x the forward's), pairs, max_err (max
+// |grad - baseline grad| / max |baseline grad| over d_q, d_k, d_v, checked
+// once outside the timing), machine (2-worker rows, as for the forward).
+// The forward rows to set them against are attention_f32/<shape>/<backend>/
+// workers:<n>, in the same run. Since the VM drifts by up to 30% over
+// minutes, the two ratios the targets are about are also measured paired
+// in time, like the variants against the plain call:
+//   backward_paired/<shape>/<backend>   one worker; rounds of three slices
+//       in rotating order, each one untimed call then at least
+//       kPairedSliceMicros of calls: the forward as a training step makes
+//       it (out and lse written), qkv's backward, the baseline's backward.
+//       Counters, medians over a repetition's rounds: bwd_over_fwd,
+//       blas_over_bwd (the baseline's time over qkv's), us_fwd, us_bwd,
+//       us_blas, rounds
+//   scaling_backward/<shape>/<backend>   the default backend's backward on
+//       2 workers against 1, paired in time with the machine's two copies:
+//       the scaling section's ScalingCase, backward
+struct BackwardCase {
+  Shape shape;
+  std::string impl;  // a backend name or "openblas_5gemm"
+  size_t workers;
+  Buffer workspace;  // qkv: workspace; BLAS: scratch (per worker)
+  size_t workspace_bytes = 0;
+  bool ready = false;
+  qkv_status status = QKV_OK;
+  double max_err = -1.0;
+
+  bool blas() const { return impl == "openblas_5gemm"; }
+};
+
+void SetBackwardCounters(benchmark::State& state, const Shape& s,
+                         double max_err) {
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["flop"] = benchmark::Counter(s.BackwardFlops() * iters,
+                                              benchmark::Counter::kIsRate);
+  state.counters["pairs"] =
+      benchmark::Counter(s.Pairs() * iters, benchmark::Counter::kIsRate);
+  state.counters["max_err"] = benchmark::Counter(max_err);
+}
+
+void RunBackward(benchmark::State& state, BackwardCase* c) {
+  const Shape& s = c->shape;
+  ShapeData& d = DataFor(s);
+  BackwardData& g = BackwardDataFor(s);
+  if (g.forward_status != QKV_OK) {
+    state.SkipWithError("the forward call for out and lse failed");
+    return;
+  }
+  float* grad[3] = {g.grad[0].get(), g.grad[1].get(), g.grad[2].get()};
+  qkv_attention_desc desc = DescFor(s, d, c->impl.c_str(), c->workers);
+  if (!c->ready) {
+    ComputeBackwardExpected(s, g);
+    if (c->blas()) {
+      const size_t per_worker = BlasBackwardScratchFloats(BlasShapeOf(s));
+      c->workspace = AllocFloats(per_worker * c->workers);
+    } else {
+      c->workspace_bytes = qkv_attention_backward_workspace_size(&desc);
+      if (c->workspace_bytes > 0) {
+        c->workspace = AllocFloats((c->workspace_bytes + 3) / 4);
+      }
+    }
+  }
+  BlasBackwardRun run = BlasBackwardRun::Of(s, g, grad, c->workspace.get());
+  qkv_test::ThreadPool& pool = Pool(c->workers);
+  const size_t tasks = size_t(s.batch * s.heads);
+  auto call = [&]() {
+    if (c->blas()) {
+      pool.Run(tasks, &BlasBackwardRun::Task, &run);
+      return QKV_OK;
+    }
+    return qkv_attention_backward_f32(&desc, d.q.get(), d.k.get(), d.v.get(),
+                                      g.out.get(), g.lse.get(), g.d_out.get(),
+                                      grad[0], grad[1], grad[2],
+                                      c->workspace.get(), c->workspace_bytes);
+  };
+  if (!c->ready) {
+    // One untimed call: the status, the gradients against the baseline's,
+    // and warm caches.
+    for (int i = 0; i < 3; ++i) {
+      std::memset(grad[i], 0, g.GradFloats(s, i) * sizeof(float));
+    }
+    c->status = call();
+    if (c->status == QKV_OK && !c->blas()) {
+      c->max_err = BackwardMaxErr(s, g, grad);
+    }
+    c->ready = true;
+  }
+  if (c->status != QKV_OK) {
+    state.SkipWithError(qkv_status_string(c->status));
+    return;
+  }
+  for (auto _ : state) {
+    call();
+    benchmark::ClobberMemory();
+  }
+  SetBackwardCounters(state, s, c->blas() ? 0.0 : c->max_err);
+  if (c->workers == 2) {
+    state.counters["machine"] = MachineFor(s, c->impl, true);
+  }
+}
+
+// Forward, qkv backward and baseline backward of one shape and backend, one
+// worker, paired in time (see above).
+struct BackwardPairedCase {
+  Shape shape;
+  std::string backend;
+  qkv_attention_desc desc = {};
+  Buffer out, lse;  // the forward slice's own (the backward's inputs stay)
+  Buffer fwd_ws, bwd_ws, blas_scratch;
+  size_t fwd_bytes = 0, bwd_bytes = 0;
+  int calls[3] = {1, 1, 1};  // per slice: forward, backward, baseline
+  int sides = 3;             // 2 without OpenBLAS
+  bool ready = false;
+  bool ok = true;
+
+  void Prepare() {
+    ready = true;
+    const Shape& s = shape;
+    ShapeData& d = DataFor(s);
+    BackwardData& g = BackwardDataFor(s);
+    ok = g.forward_status == QKV_OK;
+    desc = DescFor(s, d, backend.c_str(), 1);
+    out = AllocFloats(s.OutFloats());
+    lse = AllocFloats(size_t(s.batch * s.heads * s.q_len));
+    fwd_bytes = qkv_attention_workspace_size(&desc);
+    bwd_bytes = qkv_attention_backward_workspace_size(&desc);
+    fwd_ws = AllocFloats((fwd_bytes + 3) / 4);
+    bwd_ws = AllocFloats((bwd_bytes + 3) / 4);
+    sides = BlasAvailable() ? 3 : 2;
+    if (sides == 3) {
+      blas_scratch = AllocFloats(BlasBackwardScratchFloats(BlasShapeOf(s)));
+    }
+    for (int side = 0; side < sides && ok; ++side) {
+      const double one = Time(side, 1);
+      calls[side] = std::max(1, int(std::ceil(kPairedSliceMicros / one)));
+    }
+  }
+
+  void Call(int side) {
+    const Shape& s = shape;
+    ShapeData& d = DataFor(s);
+    BackwardData& g = BackwardDataFor(s);
+    float* grad[3] = {g.grad[0].get(), g.grad[1].get(), g.grad[2].get()};
+    if (side == 0) {
+      ok = ok && qkv_attention_f32(&desc, d.q.get(), d.k.get(), d.v.get(),
+                                   out.get(), nullptr, lse.get(), fwd_ws.get(),
+                                   fwd_bytes) == QKV_OK;
+    } else if (side == 1) {
+      ok = ok && qkv_attention_backward_f32(
+                     &desc, d.q.get(), d.k.get(), d.v.get(), g.out.get(),
+                     g.lse.get(), g.d_out.get(), grad[0], grad[1], grad[2],
+                     bwd_ws.get(), bwd_bytes) == QKV_OK;
+    } else {
+      BlasBackwardRun run = BlasBackwardRun::Of(s, g, grad, blas_scratch.get());
+      for (size_t t = 0; t < size_t(s.batch * s.heads); ++t) {
+        BlasBackwardRun::Task(&run, t, 0);
+      }
+    }
+  }
+
+  // Microseconds of `n` calls of a side, after an untimed one: the slice
+  // before left other buffers in the caches.
+  double Time(int side, int n) {
+    Call(side);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i) Call(side);
+    return MicrosSince(t0);
+  }
+};
+
+void RunBackwardPaired(benchmark::State& state, BackwardPairedCase* c) {
+  if (!c->ready) c->Prepare();
+  std::vector<double> bwd_over_fwd, blas_over_bwd, us[3];
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0;
+         c->ok && (r < kPairedMinRounds || MicrosSince(t0) < kPairedMicros);
+         ++r) {
+      double t[3] = {0, 0, 0};
+      for (int i = 0; i < c->sides; ++i) {
+        const int side = (r + i) % c->sides;  // each side first in turn
+        t[side] = c->Time(side, c->calls[side]) / c->calls[side];
+      }
+      bwd_over_fwd.push_back(t[1] / t[0]);
+      if (c->sides == 3) blas_over_bwd.push_back(t[2] / t[1]);
+      for (int side = 0; side < c->sides; ++side) us[side].push_back(t[side]);
+    }
+  }
+  if (!c->ok) {
+    state.SkipWithError(
+        "qkv_attention_f32 or qkv_attention_backward_f32 "
+        "failed");
+    return;
+  }
+  state.counters["bwd_over_fwd"] = Median(bwd_over_fwd);
+  state.counters["us_fwd"] = Median(us[0]);
+  state.counters["us_bwd"] = Median(us[1]);
+  if (c->sides == 3) {
+    state.counters["blas_over_bwd"] = Median(blas_over_bwd);
+    state.counters["us_blas"] = Median(us[2]);
+  }
+  state.counters["rounds"] = double(bwd_over_fwd.size());
+}
+
+// The AVX2 backend to measure beside the default one, or "" (the default
+// is AVX2 itself, or there is none).
+std::string Avx2Backend(const std::vector<std::string>& backends) {
+  if (backends.empty()) return "";
+  std::vector<std::string> avx2;
+  for (const std::string& be : backends) {
+    std::string lower = be;
+    for (char& ch : lower) ch = char(std::tolower((unsigned char)ch));
+    if (lower.find("avx2") != std::string::npos) avx2.push_back(be);
+  }
+  for (const std::string& be : avx2) {  // Highway's first, as the default
+    if (be == "highway:AVX2" && be != backends[0]) return be;
+  }
+  for (const std::string& be : avx2) {
+    if (be != backends[0]) return be;
+  }
+  return "";
+}
+
+void RegisterBackward(const std::vector<std::string>& backends, bool blas) {
+  if (backends.empty()) return;
+  const std::string def = backends[0];
+  const std::string avx2 = Avx2Backend(backends);
+  for (const Shape& s : Shapes()) {
+    if (s.name != "S2_prefill" && s.name != "S3_small") continue;
+    const std::string prefix = "backward_f32/" + s.name + "/";
+    std::vector<std::pair<std::string, size_t>> rows = {{def, 1}, {def, 2}};
+    if (!avx2.empty()) rows.push_back({avx2, 1});
+    if (blas) {
+      rows.push_back({"openblas_5gemm", 1});
+      rows.push_back({"openblas_5gemm", 2});
+    }
+    for (const auto& row : rows) {
+      BackwardCase* c = new BackwardCase;  // lives for the run
+      c->shape = s;
+      c->impl = row.first;
+      c->workers = row.second;
+      const std::string name =
+          prefix + row.first + "/workers:" + std::to_string(row.second);
+      benchmark::RegisterBenchmark(name.c_str(), RunBackward, c)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+    std::vector<std::string> paired = {def};
+    if (!avx2.empty()) paired.push_back(avx2);
+    for (const std::string& be : paired) {
+      BackwardPairedCase* c = new BackwardPairedCase;  // lives for the run
+      c->shape = s;
+      c->backend = be;
+      const std::string name = "backward_paired/" + s.name + "/" + be;
+      benchmark::RegisterBenchmark(name.c_str(), RunBackwardPaired, c)
+          ->UseRealTime()
+          ->Iterations(1)
+          ->Repetitions(kPairedRepetitions)
+          ->Unit(benchmark::kMillisecond);
+    }
+    const std::string name = "scaling_backward/" + s.name + "/" + def;
+    benchmark::RegisterBenchmark(name.c_str(), RunScaling,
+                                 ScalingCaseFor(s, def, true))
+        ->UseRealTime()
+        ->Iterations(1)
+        ->Repetitions(1)
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
 // ---------------------------------------------------------------- attention
 
 void RegisterAll() {
@@ -1343,6 +1823,7 @@ void RegisterAll() {
       }
     }
   }
+  RegisterBackward(backends, blas);
   RegisterVsPlain();
 }
 

@@ -21,6 +21,12 @@ measured by the same binary in the same run (limits/...):
 The variants and layouts (vs_plain/...) get their own table: each one's
 time over the plain call's, measured paired in time by the benchmark, the
 median of its repetitions against the issue's target.
+
+The backward pass (backward_f32/..., backward_paired/...,
+scaling_backward/...) gets a section of its own: its time over the
+forward's and the OpenBLAS backward's over its own (paired in time, medians
+of the repetitions), its 2-worker speedup (paired), each against the issue's
+target, then every backward row as measured.
 """
 import json
 import os
@@ -78,8 +84,36 @@ def load(report_path):
     medians, cvs, errors, order, scaling = {}, {}, {}, [], []
     vs_plain = {}  # (shape, variant, backend) -> {"reps", "median", "error"}
     kv_error = []  # (cache, dtype, run)
+    bwd_paired = {}  # (shape, backend) -> {"reps", "median", "error"}
+    bwd_scaling = []  # (shape, backend, run)
+
+    def add_paired(table, key, b):
+        # Paired rounds with repetitions: each repetition and the median.
+        entry = table.setdefault(key, {"reps": []})
+        if b.get("error_occurred"):
+            entry["error"] = b.get("error_message", "error")
+        elif b.get("run_type") != "aggregate":
+            entry["reps"].append(b)
+        elif b.get("aggregate_name") == "median":
+            entry["median"] = b
+
+    def add_scaling(rows, parts, b):
+        # One run of paired scaling rounds, counters only.
+        if b.get("error_occurred"):
+            rows.append((parts[1], parts[2], {"error": b.get("error_message")}))
+        elif b.get("run_type") != "aggregate":
+            rows.append((parts[1], parts[2], b))
+
     for b in report.get("benchmarks", []):
         parts = b.get("run_name", b["name"]).split("/")
+        if parts[0] == "backward_paired" and len(parts) >= 3:
+            # backward_paired/<shape>/<backend>: as vs_plain
+            add_paired(bwd_paired, tuple(parts[1:3]), b)
+            continue
+        if parts[0] == "scaling_backward" and len(parts) >= 3:
+            # scaling_backward/<shape>/<backend>: as scaling
+            add_scaling(bwd_scaling, parts, b)
+            continue
         if parts[0] == "kv_error" and len(parts) >= 3:
             # kv_error/<cache>/<dtype>: one untimed run, counters only
             if b.get("run_type") != "aggregate":
@@ -88,21 +122,11 @@ def load(report_path):
         if parts[0] == "vs_plain" and len(parts) >= 4:
             # vs_plain/<shape>/<variant>/<backend>: repetitions and their
             # aggregates, counters only
-            entry = vs_plain.setdefault(tuple(parts[1:4]), {"reps": []})
-            if b.get("error_occurred"):
-                entry["error"] = b.get("error_message", "error")
-            elif b.get("run_type") != "aggregate":
-                entry["reps"].append(b)
-            elif b.get("aggregate_name") == "median":
-                entry["median"] = b
+            add_paired(vs_plain, tuple(parts[1:4]), b)
             continue
         if parts[0] == "scaling" and len(parts) >= 3:
             # scaling/<shape>/<implementation>: one run, counters only
-            if b.get("error_occurred"):
-                scaling.append((parts[1], parts[2],
-                                {"error": b.get("error_message")}))
-            elif b.get("run_type") != "aggregate":
-                scaling.append((parts[1], parts[2], b))
+            add_scaling(scaling, parts, b)
             continue
         if parts[0] == "merge_f32" and len(parts) >= 3:
             # merge_f32/rows:<r>/value_dim:<v>
@@ -131,7 +155,7 @@ def load(report_path):
         elif b.get("aggregate_name") == "cv":
             cvs[key] = b.get("real_time", 0.0)  # a fraction
     return (report.get("context", {}), medians, cvs, errors, order, scaling,
-            vs_plain, kv_error)
+            vs_plain, kv_error, bwd_paired, bwd_scaling)
 
 
 def engines_line(backends):
@@ -379,6 +403,196 @@ def vs_plain_lines(rows, read_1t=None):
     return out + markdown(table, header, {3, 4, 5, 6, 9, 10}) + [""]
 
 
+# The issue's targets for the backward pass (#18): its time at most 3x the
+# forward's on S2 and S3, one worker, on AVX-512 and AVX2 (FlashAttention-2's
+# backward does 2.5x the forward's FLOPs); at least 1.5x faster than the
+# same backward as BLAS calls; 2 workers at least 1.8x one.
+BWD_OVER_FWD_TARGET = 3.0
+BWD_VS_BLAS_TARGET = 1.5
+BWD_SCALING_TARGET = 1.8
+BWD_BLAS = "openblas_5gemm"
+BWD_SHAPES = {
+    "S2_prefill": "S2 prefill: 8 heads, 1024 x 1024 causal, d 64",
+    "S3_small": "S3 small: 4 heads, 128 x 128, d 64",
+}
+
+
+def met(ok):
+    return "yes" if ok else "**no**"
+
+
+def backward_lines(medians, cvs, errors, order, limits, paired, scaling,
+                   model, nproc, ctx):
+    """The backward pass: the targets, then every backward_f32 row."""
+    rows = [k for k in order if k[0] == "backward_f32"]
+    if not rows and not paired and not scaling:
+        return []
+
+    def isa(impl):
+        if impl == BWD_BLAS:
+            return "OpenBLAS"
+        t = limits.target_of(impl)
+        if t is None:  # no limits in this run: guess from the name
+            u = impl.upper()
+            t = "AVX3" if ("AVX3" in u or "AVX512" in u) else \
+                "AVX2" if "AVX2" in u else None
+        return TARGET_LABEL.get(t, t or "?")
+
+    out = ["## Backward (qkv_attention_backward_f32)", "",
+           "Machine: %s, %s cores (nproc); OpenBLAS core %s, 1 thread per "
+           "worker. One worker unless stated. Targets (issue #18): the "
+           "backward at most %gx the forward's time on S2 and S3, one "
+           "worker, on AVX-512 and AVX2 (FlashAttention-2's backward does "
+           "2.5x the forward's FLOPs); at least %gx faster than the same "
+           "backward written as OpenBLAS calls (%s: per head S = scale Q K^T, "
+           "P = exp(S - lse) masked, dP = dO V^T, D = rowsum(dO * O), "
+           "dS = scale P (dP - D), dV = P^T dO, dQ = dS K, dK = dS^T Q: five "
+           "sgemms over the full q_len x kv_len, the loops vectorized by the "
+           "compiler); 2 workers at least %gx one." % (
+               model or "unknown CPU", nproc,
+               ctx.get("openblas_corename", "?"), BWD_OVER_FWD_TARGET,
+               BWD_VS_BLAS_TARGET, BWD_BLAS, BWD_SCALING_TARGET), ""]
+
+    # The targets, paired in time.
+    table, most_reps = [], 0
+    for (shape, backend), e in paired.items():
+        label = BWD_SHAPES.get(shape, shape)
+        if "error" in e:
+            table.append([label, backend, "ERROR: %s" % e["error"]]
+                         + [""] * 8)
+            continue
+        reps = [r for r in e["reps"] if is_number(r.get("bwd_over_fwd"))]
+        if not reps:
+            continue
+        most_reps = max(most_reps, len(reps))
+
+        def agg(counter):
+            if "median" in e and is_number(e["median"].get(counter)):
+                return float(e["median"][counter])
+            xs = [float(r[counter]) for r in reps if is_number(r.get(counter))]
+            return median(xs)
+
+        ratio = agg("bwd_over_fwd")
+        spread = [float(r["bwd_over_fwd"]) for r in reps]
+        blas_t, vs = agg("us_blas"), agg("blas_over_bwd")
+        vs_spread = [float(r["blas_over_bwd"]) for r in reps
+                     if is_number(r.get("blas_over_bwd"))]
+        table.append([
+            label, "%s (%s)" % (backend, isa(backend)),
+            fmt_time(agg("us_fwd")), fmt_time(agg("us_bwd")),
+            "%.2f (%.2f-%.2f)" % (ratio, min(spread), max(spread)),
+            met(ratio <= BWD_OVER_FWD_TARGET),
+            "-" if blas_t is None else fmt_time(blas_t),
+            "-" if vs is None else "%.2fx (%.2f-%.2f)" % (
+                vs, min(vs_spread), max(vs_spread)),
+            "-" if vs is None else met(vs >= BWD_VS_BLAS_TARGET)])
+    if table:
+        out += ["### Against the forward and the OpenBLAS backward, paired "
+                "in time", "",
+                "Rounds of three slices in rotating order, each one untimed "
+                "call then at least 2 ms of calls: the forward as a training "
+                "step calls it (out and lse written), qkv's backward, the "
+                "OpenBLAS backward (single-threaded, same out, lse and d_out). "
+                "Per round: backward / forward and OpenBLAS / qkv backward; "
+                "the median over the rounds, then over %d repetitions (their "
+                "range in brackets)." % most_reps, ""]
+        out += markdown(table, [
+            "shape", "backend (ISA)", "forward", "backward",
+            "backward / forward", "<= %g" % BWD_OVER_FWD_TARGET,
+            "OpenBLAS backward", "OpenBLAS / qkv",
+            ">= %gx" % BWD_VS_BLAS_TARGET], {2, 3, 4, 6, 7}) + [""]
+
+    # Two workers, paired in time.
+    table = []
+    for shape, impl, b in scaling:
+        label = BWD_SHAPES.get(shape, shape)
+        if "error" in b:
+            table.append([label, impl, "ERROR: %s" % b["error"]] + [""] * 6)
+            continue
+        sp = b.get("speedup")
+        sf = b.get("speedup_full")
+        eff = b.get("efficiency")
+        mach = b.get("machine")
+        ok = is_number(sp) and sp >= BWD_SCALING_TARGET
+        verdict = met(ok)
+        if not ok and is_number(sf) and sf >= BWD_SCALING_TARGET:
+            verdict += " (yes with machine >= %.1fx)" % FULL_MACHINE
+        elif not ok and is_number(mach) and mach < FULL_MACHINE:
+            verdict += " (the machine gave %.2fx)" % mach
+        table.append([
+            label, impl, fmt_time(b.get("us_1w")), fmt_time(b.get("us_2w")),
+            "%.2fx" % sp if is_number(sp) else "-",
+            "%.2fx" % mach if is_number(mach) else "-",
+            "%.0f%%" % (100 * eff) if is_number(eff) else "-",
+            "- (0 of %d rounds)" % b.get("rounds", 0) if not is_number(sf)
+            else "%.2fx (%d of %d rounds)" % (sf, b.get("full_rounds", 0),
+                                              b.get("rounds", 0)),
+            verdict])
+    if table:
+        out += ["### Two workers against one, paired in time", "",
+                "As the forward's paired table above: rounds of the backward "
+                "on 1 worker, two copies of it side by side (machine), and "
+                "on 2 workers; medians over the rounds. One task per (batch, "
+                "kv head): S2's 8 heads and S3's 4 split evenly.", ""]
+        out += markdown(table, [
+            "shape", "backend", "1 worker", "2 workers", "2 vs 1 worker",
+            "machine: 2 copies vs 1", "efficiency",
+            "2 vs 1 worker, machine >= %.1fx" % FULL_MACHINE,
+            ">= %gx" % BWD_SCALING_TARGET], {2, 3, 4, 5, 6, 7}) + [""]
+
+    # Every backward_f32 row, as Google Benchmark measured it.
+    fwd = {k[1:]: time_us(b) for k, b in medians.items()
+           if k[0] == "attention_f32"}
+    blas = {(k[1], k[3]): time_us(b) for k, b in medians.items()
+            if k[0] == "backward_f32" and k[2] == BWD_BLAS}
+    table = []
+    for key in rows:
+        shape, impl, workers = key[1:]
+        if key in errors and key not in medians:
+            table.append([shape, impl, str(workers), "ERROR: " + errors[key]]
+                         + [""] * 9)
+            continue
+        if key not in medians:
+            continue
+        b = medians[key]
+        t = time_us(b)
+        gflops = b.get("flop", 0.0) / 1e9
+        target = limits.target_of(impl)
+        peak = limits.peak_of(target, workers)
+        f = fwd.get((shape, impl, workers)) if impl != BWD_BLAS else \
+            fwd.get((shape, "openblas_3step", workers))
+        err = b.get("max_err", -1.0)
+        table.append([
+            shape, impl, str(workers), fmt_time(t),
+            "%.1f%%" % (100 * cvs[key]) if key in cvs else "",
+            fmt_rate(gflops),
+            "-" if not peak else fmt_pct(100 * gflops / peak),
+            "%s %dT" % (target, workers) if peak else "-",
+            "-" if f is None else fmt_time(f),
+            "-" if f is None else "%.2f" % (t / f),
+            "-" if impl == BWD_BLAS else fmt_speedup(
+                blas.get((shape, workers)), t),
+            "-" if impl == BWD_BLAS or err < 0 else "%.1e" % err,
+            fmt_machine(b.get("machine")) if workers == 2 else ""])
+    if table:
+        out += ["### Every backward row (medians of the repetitions)", "",
+                "GFLOP/s: the backward's five matrix products, "
+                "2*batch*heads*q_len*kv_len*(3*d + 2*dv) per call (2.5x the "
+                "forward's count), half with causal, for OpenBLAS too (it "
+                "computes the masked half as well). forward: the "
+                "attention_f32 row of the same shape, implementation and "
+                "workers in this run (OpenBLAS: its three-step forward), "
+                "timed apart, not paired. max err: max |grad - OpenBLAS "
+                "grad| / max |OpenBLAS grad| over d_q, d_k and d_v, checked "
+                "once outside the timing (the header's bound: 1e-3).", ""]
+        out += markdown(table, [
+            "shape", "implementation", "workers", "median time", "cv",
+            "GFLOP/s", "% of peak", "peak used", "forward", "backward / "
+            "forward", "vs OpenBLAS backward", "max err", "2 copies"],
+            {2, 3, 4, 5, 6, 8, 9, 10, 11, 12}) + [""]
+    return out
+
+
 class Limits:
     def __init__(self, medians):
         self.peak = {}    # (target, threads) -> GFLOP/s
@@ -399,7 +613,7 @@ class Limits:
 
     def target_of(self, impl):
         """The peak (a Highway target name) that bounds an implementation."""
-        if impl == "openblas_3step":
+        if impl in ("openblas_3step", BWD_BLAS):
             return self.best()
         if impl == "reference":
             return "SCALAR" if "SCALAR" in self.targets else None
@@ -636,7 +850,7 @@ def plot(medians, order, limits, out_dir, model):
 def main():
     report_path, out_dir, model, nproc, elapsed = sys.argv[1:6]
     (ctx, medians, cvs, errors, order, scaling, vs_plain,
-     kv_error) = load(report_path)
+     kv_error, bwd_paired, bwd_scaling) = load(report_path)
     limits = Limits(medians)
     lines = [
         "# qkv benchmark",
@@ -687,6 +901,8 @@ def main():
         if table:
             lines += ["## " + title, ""] + markdown(table) + [""]
     lines += vs_plain_lines(vs_plain, limits.stream.get(1))
+    lines += backward_lines(medians, cvs, errors, order, limits, bwd_paired,
+                            bwd_scaling, model, nproc, ctx)
     lines += kv_error_lines(kv_error)
     text = "\n".join(lines)
     sys.stdout.write(text)

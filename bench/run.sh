@@ -2,7 +2,8 @@
 # Runs the qkv benchmark suite and prints tables a person can read: the
 # machine's limits measured in the same run (FMA peak of each SIMD target,
 # streaming read), then every shape and sweep with GFLOP/s, GB/s, % of the
-# limit that bounds it and the speedups over OpenBLAS and the reference.
+# limit that bounds it and the speedups over OpenBLAS and the reference, and
+# the backward pass against the forward and an OpenBLAS backward.
 #
 #   bench/run.sh [BUILD_DIR] [extra benchmark flags...]
 #
@@ -16,7 +17,7 @@
 # bench/mpi_scaling.sh adds the sharded-attention (MPI) section to report.md
 # (also alone in BUILD_DIR/bench/mpi_scaling.md).
 # Extra flags go to the benchmark, e.g. --benchmark_filter=S3_small (keep
-# '^limits|' in the filter for the % of peak column). About 3-4 minutes on a
+# '^limits|' in the filter for the % of peak column). About 4-6 minutes on a
 # quiet 2-core machine.
 set -euo pipefail
 
@@ -70,7 +71,7 @@ FLAGS=(--benchmark_min_time=0.2 --benchmark_repetitions=5
        --benchmark_display_aggregates_only=true
        --benchmark_out="$OUT/report.json" --benchmark_out_format=json)
 echo "running: $BIN ${FLAGS[*]} $*"
-echo "(about 3-4 minutes; full console output in $OUT/console.txt; medians as they come:)"
+echo "(about 4-6 minutes; full console output in $OUT/console.txt; medians as they come:)"
 start=$SECONDS
 set +e
 "$BIN" "${FLAGS[@]}" "$@" 2>&1 | tee "$OUT/console.txt" |
