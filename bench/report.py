@@ -417,6 +417,11 @@ BWD_SHAPES = {
 }
 
 
+# The rounds with machine >= FULL_MACHINE give a verdict of their own only
+# when there are this many of them.
+MIN_FULL_ROUNDS = 10
+
+
 def met(ok):
     return "yes" if ok else "**no**"
 
@@ -515,7 +520,9 @@ def backward_lines(medians, cvs, errors, order, limits, paired, scaling,
         mach = b.get("machine")
         ok = is_number(sp) and sp >= BWD_SCALING_TARGET
         verdict = met(ok)
-        if not ok and is_number(sf) and sf >= BWD_SCALING_TARGET:
+        full = b.get("full_rounds", 0)
+        if not ok and is_number(sf) and sf >= BWD_SCALING_TARGET and \
+                full >= MIN_FULL_ROUNDS:
             verdict += " (yes with machine >= %.1fx)" % FULL_MACHINE
         elif not ok and is_number(mach) and mach < FULL_MACHINE:
             verdict += " (the machine gave %.2fx)" % mach
