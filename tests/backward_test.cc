@@ -27,7 +27,7 @@
 // with the library.
 //
 // One test per case and backend ("Cases/BackwardTest.MatchesOracle/
-// gqa_8_over_2_highway_AVX2").
+// gqa_8_over_2_highway_AVX2"); the size sweep one test per backend.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -1138,10 +1138,39 @@ std::string CaseName(
          SanitizeForTestName(std::get<0>(info.param));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, BackwardTest,
-                         ::testing::Combine(::testing::ValuesIn(BackendNames()),
-                                            ::testing::ValuesIn(AllCases())),
-                         CaseName);
+// The size sweep ("size_*", 104 cases) is one test per backend
+// (BackwardSizeTest), the other cases one test per (case, backend): a
+// process per case under ctest costs more than the case itself.
+bool IsSizeCase(const BCase& c) { return c.name.rfind("size_", 0) == 0; }
+
+std::vector<BCase> CasesWhere(bool sizes) {
+  std::vector<BCase> out;
+  for (const BCase& c : AllCases()) {
+    if (IsSizeCase(c) == sizes) out.push_back(c);
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, BackwardTest,
+    ::testing::Combine(::testing::ValuesIn(BackendNames()),
+                       ::testing::ValuesIn(CasesWhere(false))),
+    CaseName);
+
+class BackwardSizeTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BackwardSizeTest, EverySizeMatchesOracle) {
+  for (const BCase& c : CasesWhere(true)) {
+    SCOPED_TRACE("case " + c.name);
+    CheckAgainstOracle(c, GetParam());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Backends, BackwardSizeTest, ::testing::ValuesIn(BackendNames()),
+    [](const ::testing::TestParamInfo<std::string>& info) {
+      return SanitizeForTestName(info.param);
+    });
 
 TEST(BackwardCaseListTest, NamesAreUniqueAndShapesValid) {
   std::map<std::string, int> names;
