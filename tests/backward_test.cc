@@ -1415,33 +1415,6 @@ TEST(BackwardEveryBackendTest, EmptyBatchIsOkAndWritesNothing) {
 // schedule, and with no pool; one parallel_for call per backward call.
 #if !defined(__wasi__)
 
-// Forwards to a ThreadPool and counts the calls.
-struct CountingPool {
-  ThreadPool* pool;
-  int calls = 0;
-  static void ParallelFor(void* ctx, size_t num_tasks, qkv_task_fn fn,
-                          void* arg) {
-    auto* self = static_cast<CountingPool*>(ctx);
-    ++self->calls;
-    self->pool->Run(num_tasks, fn, arg);
-  }
-};
-
-// Runs every task serially in a random order on random worker indices.
-struct ShuffledPool {
-  std::mt19937 rng;
-  size_t num_workers;
-  static void ParallelFor(void* ctx, size_t num_tasks, qkv_task_fn fn,
-                          void* arg) {
-    auto* self = static_cast<ShuffledPool*>(ctx);
-    std::vector<size_t> order(num_tasks);
-    std::iota(order.begin(), order.end(), size_t{0});
-    std::shuffle(order.begin(), order.end(), self->rng);
-    std::uniform_int_distribution<size_t> worker(0, self->num_workers - 1);
-    for (size_t t : order) fn(arg, t, worker(self->rng));
-  }
-};
-
 std::vector<BCase> DeterminismCases() {
   std::vector<BCase> r;
   const std::vector<std::string> names = {

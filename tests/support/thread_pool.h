@@ -23,12 +23,15 @@
 #ifndef QKV_TESTS_SUPPORT_THREAD_POOL_H_
 #define QKV_TESTS_SUPPORT_THREAD_POOL_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <numeric>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -219,6 +222,39 @@ class ThreadPool {
   void* arg_ = nullptr;
   size_t num_tasks_ = 0;
   std::atomic<size_t> next_{0};
+};
+
+// Runs every task serially on the calling thread, in a random permutation,
+// each on a random worker index < num_workers.
+struct ShuffledPool {
+  std::mt19937 rng;
+  size_t num_workers;
+  int calls = 0;
+  bool bad_task = false;
+
+  static void ParallelFor(void* ctx, size_t num_tasks, qkv_task_fn fn,
+                          void* arg) {
+    auto* self = static_cast<ShuffledPool*>(ctx);
+    ++self->calls;
+    std::vector<size_t> order(num_tasks);
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::shuffle(order.begin(), order.end(), self->rng);
+    std::uniform_int_distribution<size_t> worker(0, self->num_workers - 1);
+    for (size_t t : order) fn(arg, t, worker(self->rng));
+  }
+};
+
+// Forwards to a ThreadPool and counts the calls (at most one per
+// qkv call).
+struct CountingPool {
+  ThreadPool* pool;
+  int calls = 0;
+  static void ParallelFor(void* ctx, size_t num_tasks, qkv_task_fn fn,
+                          void* arg) {
+    auto* self = static_cast<CountingPool*>(ctx);
+    ++self->calls;
+    self->pool->Run(num_tasks, fn, arg);
+  }
 };
 
 }  // namespace qkv_test
