@@ -129,17 +129,22 @@ const BackwardEngine* HighwayBackward(const Engine* engine) {
   return nullptr;
 }
 
+#if !defined(HWY_COMPILE_ONLY_STATIC)
+// The targets this CPU and OS run (cpu_targets.cc, compiled for the baseline
+// only): qkv's own detection, so that nothing of libhwy is linked.
+int64_t HighwayCpuTargets();
+#endif
+
 size_t HighwayEngines(const Engine** out, size_t max) {
   // The static target is the baseline the compiler was told this CPU has,
-  // so it runs wherever this code runs. It is added to what the library
-  // detects because libhwy may not know it: Debian's armhf libhwy is built
-  // without NEON and reports only the scalar targets, while this file is
-  // compiled for NEON. Header-only builds (WASM) have no libhwy at all.
+  // so it runs wherever this code runs. It is added to what is detected
+  // because detection does not cover every platform: 32-bit Arm, where this
+  // file is compiled for NEON, reports only the emulated targets.
+  // Header-only builds (WASM) compile the static target alone.
 #if defined(HWY_COMPILE_ONLY_STATIC)
   const int64_t supported = HWY_STATIC_TARGET;
 #else
-  const int64_t supported =
-      static_cast<int64_t>(hwy::SupportedTargets()) | HWY_STATIC_TARGET;
+  const int64_t supported = HighwayCpuTargets() | HWY_STATIC_TARGET;
 #endif
   size_t n = 0;
   for (const Candidate& c : kCandidates) {
