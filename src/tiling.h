@@ -164,28 +164,35 @@ inline bool UsesRowPath(const Problem& p) {
   return p.group * p.q_len <= kRowPathMaxRows;
 }
 
-// Flash-decoding: a row-path (batch, kv head) with more than kSplitKeys keys
-// is split into KeySplits tasks of kSplitKeys keys each, so that a single
-// decoding query still spreads over workers. Each split leaves a partial
-// (max, sum, unnormalized output) per row in the shared workspace; the split
-// that finishes last (an atomic count per (batch, kv head)) merges them in
+// Flash-decoding: a (batch, kv head) with at most kSplitMaxRows query rows
+// (GQA group x q_len: decoding at every GQA ratio up to 16, row path and
+// tile path alike) and more than kSplitKeys keys is split into KeySplits
+// tasks of kSplitKeys keys each, so that decoding spreads over workers even
+// with one kv head. Each split leaves a partial (max, sum, unnormalized
+// output) per row in the shared workspace; the split that finishes last (an
+// atomic count per (batch, kv head, first row of the task)) merges them in
 // split order. The split and the merge order depend on the shape only, so
 // the result is bitwise identical for any number of workers and schedule.
 // Engines opt in by using SplitTasks/SplitTaskAt and the Split* helpers.
 constexpr int64_t kSplitKeys = 512;
+constexpr int64_t kSplitMaxRows = 16;
 
 inline int64_t KeySplits(const Problem& p) {
-  return UsesRowPath(p) ? (p.kv_len + kSplitKeys - 1) / kSplitKeys : 1;
+  return p.group * p.q_len <= kSplitMaxRows
+             ? (p.kv_len + kSplitKeys - 1) / kSplitKeys
+             : 1;
 }
 
-// Floats of one split's partial: [kRowPathMaxRows][max, sum, out[value_dim]].
+// Floats of one split's partial: [rows of the group][max, sum, out[value_dim]].
 inline int64_t SplitPartialFloats(const Problem& p) {
-  return kRowPathMaxRows * (p.value_dim + 2);
+  return p.group * p.q_len * (p.value_dim + 2);
 }
 
+// A counter per (batch, kv head, task's first row): a group's rows may take
+// several tiles (narrow vectors), each merging its own rows.
 inline size_t SplitCountersBytes(const Problem& p) {
   if (KeySplits(p) == 1) return 0;
-  return AlignUp(static_cast<size_t>(p.batch * p.kv_heads) *
+  return AlignUp(static_cast<size_t>(p.batch * p.kv_heads * kSplitMaxRows) *
                  sizeof(uint32_t));
 }
 
@@ -218,14 +225,16 @@ inline float* SplitPartial(const Problem& p, const unsigned char* shared,
   return reinterpret_cast<float*>(base) + slot * SplitPartialFloats(p);
 }
 
-// Counts this split as done; true for the one that completes the set (it
-// then sees every other split's partial: acquire-release ordering).
+// Counts this split of the task's rows as done; true for the one that
+// completes the set (it then sees every other split's partial:
+// acquire-release ordering).
 inline bool LastSplitDone(const Problem& p, const unsigned char* shared,
-                          int64_t b, int64_t kvh) {
+                          int64_t b, int64_t kvh, int64_t r0) {
   uint32_t* counters = reinterpret_cast<uint32_t*>(
       const_cast<unsigned char*>(shared) + ProjectionBytes(p));
-  const uint32_t done = __atomic_add_fetch(&counters[b * p.kv_heads + kvh], 1u,
-                                           __ATOMIC_ACQ_REL);
+  const uint32_t done = __atomic_add_fetch(
+      &counters[(b * p.kv_heads + kvh) * kSplitMaxRows + r0], 1u,
+      __ATOMIC_ACQ_REL);
   return done == static_cast<uint32_t>(KeySplits(p));
 }
 
@@ -249,8 +258,8 @@ constexpr int64_t kStridedValueKeys = 16;
 
 inline bool GroupsTiles(const Problem& p) {
   // Low-precision rows are read once per block into dense f32 rows anyway.
-  return !UsesRowPath(p) && p.score != QKV_SCORE_ADDITIVE &&
-         p.kv_dtype == QKV_DTYPE_F32 &&
+  return !UsesRowPath(p) && KeySplits(p) == 1 &&
+         p.score != QKV_SCORE_ADDITIVE && p.kv_dtype == QKV_DTYPE_F32 &&
          (p.k_st > p.head_dim || p.v_st > p.value_dim);
 }
 
@@ -715,37 +724,45 @@ inline RowsSpan SetUpRowPath(const Problem& p, const Operands& op, int64_t b,
   return span;
 }
 
-// Flash-decoding: stores this split's (max, sum, output) per row; the split
-// that completes the set merges all of them, in split order, into tile.m,
-// tile.sum and tile.o_rows and returns true. Others return false.
+// Flash-decoding: stores this split's (max, sum, output) of the task's
+// rows; the split that completes the set merges all of them, in split
+// order, into tile.m, tile.sum and the output o (row r's column c at
+// o[r * row_stride + c * col_stride]: o_rows on the row path, the
+// transposed ot on the tile path) and returns true. Others return false.
 inline bool MergeSplits(const Problem& p, const TileTask& task,
-                 const unsigned char* shared, const Tile& tile) {
+                        const unsigned char* shared, const Tile& tile,
+                        float* o, int64_t row_stride, int64_t col_stride) {
   const int64_t dv = p.value_dim, stride = dv + 2;
-  float* mine = SplitPartial(p, shared, task.b, task.kvh, task.split);
+  float* mine = SplitPartial(p, shared, task.b, task.kvh, task.split) +
+                task.r0 * stride;
   for (int64_t r = 0; r < task.rows; ++r) {
-    mine[r * stride] = tile.m[r];
-    mine[r * stride + 1] = tile.sum[r];
-    memcpy(mine + r * stride + 2, tile.o_rows + r * dv, dv * sizeof(float));
+    float* part = mine + r * stride;
+    part[0] = tile.m[r];
+    part[1] = tile.sum[r];
+    const float* orow = o + r * row_stride;
+    for (int64_t c = 0; c < dv; ++c) part[2 + c] = orow[c * col_stride];
   }
-  if (!LastSplitDone(p, shared, task.b, task.kvh)) return false;
+  if (!LastSplitDone(p, shared, task.b, task.kvh, task.r0)) return false;
   const int64_t splits = KeySplits(p);
   for (int64_t r = 0; r < task.rows; ++r) {
+    const int64_t at = (task.r0 + r) * stride;
     float m = -INFINITY;
     for (int64_t s = 0; s < splits; ++s) {
-      const float ms = SplitPartial(p, shared, task.b, task.kvh, s)[r * stride];
+      const float ms = SplitPartial(p, shared, task.b, task.kvh, s)[at];
       m = ms > m ? ms : m;
     }
     float sum = 0.0f;
-    float* o = tile.o_rows + r * dv;
-    for (int64_t c = 0; c < dv; ++c) o[c] = 0.0f;
+    float* orow = o + r * row_stride;
+    for (int64_t c = 0; c < dv; ++c) orow[c * col_stride] = 0.0f;
     if (m != -INFINITY) {
       for (int64_t s = 0; s < splits; ++s) {
-        const float* part =
-            SplitPartial(p, shared, task.b, task.kvh, s) + r * stride;
+        const float* part = SplitPartial(p, shared, task.b, task.kvh, s) + at;
         if (part[0] == -INFINITY) continue;  // this split saw no key
         const float f = expf(part[0] - m);
         sum += part[1] * f;
-        for (int64_t c = 0; c < dv; ++c) o[c] += part[2 + c] * f;
+        for (int64_t c = 0; c < dv; ++c) {
+          orow[c * col_stride] += part[2 + c] * f;
+        }
       }
     }
     tile.m[r] = m;

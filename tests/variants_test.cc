@@ -384,6 +384,13 @@ std::vector<VCase> AllCases() {
   // Only the last split sees keys: the earlier splits' partials are empty.
   cs.push_back(
       Shape("window_last_split_only", 2, 2, 1, 1, 1300, 16, 16).Window(100, 0));
+  // Decoding past the row path (5-16 rows per kv head) splits keys too: the
+  // tile path's partials, merged by the last split of each tile.
+  cs.push_back(Shape("window_tile_split_last_only", 1, 8, 1, 1, 1300, 16, 16)
+                   .Window(100, 0));
+  cs.push_back(Shape("window_tile_split_q3", 1, 8, 2, 3, 1100, 16, 16)
+                   .Causal()
+                   .Window(255, 0));
   // ---- ALiBi alone
   cs.push_back(Shape("alibi_tile", 2, 4, 2, 40, 100, 16, 16).Alibi(0.5f));
   cs.push_back(Shape("alibi_causal_tile", 1, 8, 8, 33, 33, 8, 8)
@@ -540,6 +547,17 @@ std::vector<VCase> AllCases() {
   cs.push_back(Shape("combined_row_split_q2", 1, 4, 2, 2, 1100, 16, 16)
                    .Everything(520, 3)
                    .KvStart({11}));
+  // GQA 8 and MQA 16 decoding: tile-path key splits with every term.
+  cs.push_back(Shape("combined_tile_split_gqa8", 2, 16, 2, 1, 1300, 32, 32)
+                   .Everything(700, -1)
+                   .Lens({1300, 1000})
+                   .QPos({1299, 900})
+                   .KvStart({100, 520}));
+  cs.push_back(Shape("combined_tile_split_mqa16", 1, 16, 1, 1, 1100, 64, 64)
+                   .Everything(-1, -1)
+                   .QPos({1099}));
+  cs.push_back(Shape("sinks_tile_split", 1, 12, 2, 1, 1300, 8, 8)
+                   .WithSinks(Sinks::kHuge));
   cs.push_back(Shape("combined_tiny8", 2, 4, 2, 2, 8, 7, 5)
                    .Everything(4, -1)
                    .QPos({7, 3})
@@ -606,6 +624,9 @@ std::vector<VCase> AllCases() {
                    .WithSinks(Sinks::kRandom)
                    .AllLayouts(L::kTokenMajor));
   cs.push_back(Shape("token_major_split", 1, 8, 2, 1, 1300, 64, 64)
+                   .Everything(1000, -1)
+                   .AllLayouts(L::kTokenMajor));
+  cs.push_back(Shape("token_major_tile_split", 1, 16, 2, 1, 1300, 64, 64)
                    .Everything(1000, -1)
                    .AllLayouts(L::kTokenMajor));
   cs.push_back(Shape("token_major_tiny", 2, 4, 2, 2, 8, 16, 16)
@@ -749,6 +770,10 @@ std::vector<VCase> AllCases() {
     // A decoding step of a real-looking cache: d 128, GQA 4, spare capacity.
     cs.push_back(Shape(n + "_capacity_decode", 1, 8, 2, 1, 520, 128, 128)
                      .AllLayouts(L::kCapacity)
+                     .Dtype(t));
+    // GQA 8 decoding: dequantized blocks shared by a tile, key splits.
+    cs.push_back(Shape(n + "_gqa8_split_decode", 1, 16, 2, 1, 1100, 32, 32)
+                     .Window(700, -1)
                      .Dtype(t));
   }
   return cs;

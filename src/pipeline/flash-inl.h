@@ -803,24 +803,34 @@ struct Flash {
 
   template <int RV>
   static void RunTile(const Problem& p, const Operands& op,
-                      const TileTask& task, const Tile& tile) {
+                      const TileTask& task, const unsigned char* shared,
+                      const Tile& tile) {
     const size_t N = O::Lanes();
     const size_t R = RV * N;
     const int64_t rows = task.rows;
     const RowsSpan span =
         SetUpTileRows(p, op, task.b, task.kvh, task.r0, rows, R, tile);
     PackQueries<RV>(op, rows, R, tile);
+    // A flash-decoding split walks its own keys of the rows' span.
+    RowsSpan keys = span;
+    keys.begin = span.begin > task.key_begin ? span.begin : task.key_begin;
+    keys.end = span.end < task.key_end ? span.end : task.key_end;
 
     const V neg_inf = O::Set(-INFINITY);
     V m0 = neg_inf, m1 = neg_inf;
     V l0 = O::Zero(), l1 = O::Zero();
     const bool prefetch = PrefetchesKv(p);
     const EpilogueTerms terms = TermsOf(p);
-    for (int64_t j0 = span.begin; j0 < span.end; j0 += kBlockKeys) {
-      TileBlock<RV>(p, op, tile, rows, R, span, terms, j0, prefetch, &m0, &l0,
+    for (int64_t j0 = keys.begin; j0 < keys.end; j0 += kBlockKeys) {
+      TileBlock<RV>(p, op, tile, rows, R, keys, terms, j0, prefetch, &m0, &l0,
                     &m1, &l1);
     }
     StoreRunning<RV>(tile, m0, l0, m1, l1);
+    if (KeySplits(p) > 1 &&
+        !MergeSplits(p, task, shared, tile, tile.ot, 1,
+                     static_cast<int64_t>(R))) {
+      return;
+    }
     FinishTile<RV>(p, tile, rows, R, span);
   }
 
@@ -1251,7 +1261,10 @@ struct Flash {
                   tile.o_rows + r * dv);
       }
     }
-    if (KeySplits(p) > 1 && !MergeSplits(p, task, shared, tile)) return;
+    if (KeySplits(p) > 1 &&
+        !MergeSplits(p, task, shared, tile, tile.o_rows, dv, 1)) {
+      return;
+    }
     for (int64_t r = 0; r < rows; ++r) {
       RowState s;
       s.row = tile.row[r];
@@ -1522,9 +1535,9 @@ struct Flash {
     } else if (GroupsTiles(p)) {
       RunTileGroup(p, op, t, workspace);
     } else if (t.rows <= static_cast<int64_t>(O::Lanes())) {
-      RunTile<1>(p, op, t, tile);
+      RunTile<1>(p, op, t, shared, tile);
     } else {
-      RunTile<2>(p, op, t, tile);
+      RunTile<2>(p, op, t, shared, tile);
     }
   }
 
