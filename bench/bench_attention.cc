@@ -1,6 +1,7 @@
 // Google Benchmark suite for qkv_attention_f32.
 //
-// S1-S4 run every backend the library offers on this CPU (from
+// S1-S4 (and S1_gqa8_decode: 64 query heads over 8 kv heads, 4096 keys,
+// d 128) run every backend the library offers on this CPU (from
 // qkv_backend_name(i)), with 1 and 2 workers of a std::thread pool for the
 // fast backends, beside the OpenBLAS three-step baseline (1 and 2 workers) and
 // the scalar reference backend, all in the same run. Names are
@@ -17,8 +18,9 @@
 // run (machine_limits.cc):
 //   limits/fma_peak/<target>/threads:<n>   multiply-add peak of each SIMD
 //                                          target (flop counter)
-//   limits/stream_read/256MiB/threads:<n>  sum of a 256 MiB float array
-//                                          (bytes counter)
+//   limits/stream_read/256MiB/threads:<n>  sum of a 256 MiB float array,
+//                                          four streams per thread (bytes
+//                                          counter)
 // Then two workers against one on S2 and S3, paired in time, for each
 // engine's best backend and OpenBLAS (the scaling section below):
 //   scaling/<shape>/<implementation>
@@ -80,6 +82,10 @@ struct Shape {
   Kind kind;
   qkv_score score = QKV_SCORE_DOT;
   int64_t hidden = 0;  // QKV_SCORE_ADDITIVE: additive_hidden
+  int64_t kv_heads = 0;  // GQA: heads / kv_heads query heads per kv head (0: heads)
+
+  int64_t KvHeads() const { return kv_heads > 0 ? kv_heads : heads; }
+  int64_t Group() const { return heads / KvHeads(); }
 
   int64_t value_dim() const { return head_dim; }
   // (query, key) pairs scored per call.
@@ -104,9 +110,11 @@ struct Shape {
     return Pairs() * 2.0 * (3.0 * head_dim + 2.0 * value_dim());
   }
   size_t QFloats() const { return size_t(batch * heads * q_len * head_dim); }
-  size_t KFloats() const { return size_t(batch * heads * kv_len * head_dim); }
+  size_t KFloats() const {
+    return size_t(batch * KvHeads() * kv_len * head_dim);
+  }
   size_t VFloats() const {
-    return size_t(batch * heads * kv_len * value_dim());
+    return size_t(batch * KvHeads() * kv_len * value_dim());
   }
   size_t OutFloats() const {
     return size_t(batch * heads * q_len * value_dim());
@@ -199,9 +207,11 @@ struct BlasRun {
     const BlasRun& r = *static_cast<const BlasRun*>(arg);
     const Shape& s = *r.shape;
     const size_t t = task;
+    const size_t kv = t / size_t(s.Group());  // (b, h) -> (b, kv head)
     BlasAttentionHead(
-        r.bs, r.q + t * s.q_len * s.head_dim, r.k + t * s.kv_len * s.head_dim,
-        r.v + t * s.kv_len * s.value_dim(), r.out + t * s.q_len * s.value_dim(),
+        r.bs, r.q + t * s.q_len * s.head_dim, r.k + kv * s.kv_len * s.head_dim,
+        r.v + kv * s.kv_len * s.value_dim(),
+        r.out + t * s.q_len * s.value_dim(),
         r.scratch + worker * r.scratch_floats);
   }
 };
@@ -282,8 +292,8 @@ struct QkvCase {
 qkv_attention_desc DescFor(const Shape& s, const ShapeData& d,
                            const char* backend, size_t workers) {
   qkv_attention_desc desc;
-  qkv_attention_desc_init(&desc, s.batch, s.heads, s.heads, s.q_len, s.kv_len,
-                          s.head_dim, s.value_dim());
+  qkv_attention_desc_init(&desc, s.batch, s.heads, s.KvHeads(), s.q_len,
+                          s.kv_len, s.head_dim, s.value_dim());
   if (s.causal) desc.mask = QKV_MASK_CAUSAL;
   desc.score = s.score;
   if (s.score == QKV_SCORE_GAUSSIAN) desc.scale = 0.5f / s.head_dim;
@@ -508,6 +518,11 @@ std::vector<Shape> Shapes() {
       {"S3_small", 1, 4, 128, 128, 64, false, Kind::kMain},
       {"S4_toy", 1, 1, 4, 4, 2, false, Kind::kMain},
   };
+  // Decoding with 8 query heads per kv head (Llama-3-70B's ratio): 64 query
+  // heads over 8 kv heads, S1's cache size per kv head.
+  Shape gqa8 = {"S1_gqa8_decode", 1, 64, 1, 4096, 128, false, Kind::kMain};
+  gqa8.kv_heads = 8;
+  v.insert(v.begin() + 1, gqa8);
   // The other score kinds on S3's shape: the default backend and the
   // reference (the 3-step baseline has no counterpart).
   Shape gaussian = {"S3_gaussian", 1, 4, 128, 128, 64, false, Kind::kScoreKind};

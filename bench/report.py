@@ -879,12 +879,14 @@ def main():
     lines += [
         "- GFLOP/s: 4*batch*heads*q_len*kv_len*d per call (half with causal); "
         "for additive scores 3*hidden+2*d per (query, key) pair",
-        "- GB/s: q+k+v+out bytes per call; K+V GB/s (S1 decode, its figure "
-        "of merit): K and V bytes read per call",
+        "- GB/s: q+k+v+out bytes per call; K+V GB/s (S1 decode and "
+        "S1_gqa8_decode, 64 query heads over 8 kv heads, 4096 keys, d 128: "
+        "their figure of merit): K and V bytes read per call",
         "- %% of peak: GFLOP/s / the multiply-add peak of the SIMD target in "
         "'peak used' with as many threads as workers (highway:X -> X, "
         "xsimd:avx512f -> AVX3, reference -> SCALAR, OpenBLAS -> %s); "
-        "S1 decode: K+V GB/s / the streaming read with as many threads "
+        "S1 decode shapes: K+V GB/s / the streaming read (four streams "
+        "per thread, as attention reads K and V) with as many threads "
         "('read 1T', 'read 2T')" % (limits.best() or "-"),
         "- vs OpenBLAS 3-step: its median time / this one, same shape and "
         "same workers; vs reference: the single-threaded reference backend's "
