@@ -47,10 +47,9 @@ struct HwyOps {
   using V = hn::Vec<D>;
   using M = hn::Mask<D>;
 
-  // Register tiles: keys (scores) or value columns (output) per step.
-  // Targets with 32 vector registers (AVX-512, NEON, SVE) keep 16
-  // accumulators in flight, enough to hide FMA latency on two FMA ports;
-  // the 16-register x86 targets keep 8.
+  // Register tiles: 8 for targets with 32 vector registers (AVX-512, NEON,
+  // SVE), 4 for the 16-register ones; Flash<O>::TileUnroll derives the
+  // tile's steps from it.
 #if HWY_ARCH_ARM || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   static constexpr int kUnroll = 8;
 #else

@@ -182,6 +182,26 @@ struct Flash {
 #undef QKV_STORE
   }
 
+  // Keys (scores) or value columns (output) per step of a register tile
+  // of RV row vectors: RV * U accumulators. Two FMA ports with 4 cycles of
+  // latency need at least 8 chains in flight, and exactly 8 leave no slack
+  // for the loads between them. Targets with 32 vector registers
+  // (O::kUnroll 8: AVX-512, NEON, SVE) take 8 keys (16 accumulators at RV
+  // 2); the 16-register ones take 8 at RV 1 and 6 at RV 2 (12 accumulators,
+  // 2 rows of q and a broadcast: 15 registers). The guarded output also
+  // holds RV masks, so it takes 4 at RV 2 there.
+  template <int RV>
+  static constexpr int TileUnroll() {
+    return O::kUnroll >= 8 || RV == 1 ? 8 : 6;
+  }
+  template <int RV, bool kGuard>
+  static constexpr int OutputUnroll() {
+    return kGuard && O::kUnroll < 8 && RV > 1 ? 4 : TileUnroll<RV>();
+  }
+
+  // The score tile over nb keys: steps of TileUnroll keys, the rest in
+  // steps of 4, 2 and 1 (fewer chains, but no key alone unless it is the
+  // last odd one).
   template <int RV, int kKind>
   static QKV_FLASH_INLINE void ScoresOf(const float* __restrict qt,
                                         size_t R, const float* __restrict k,
@@ -190,11 +210,22 @@ struct Flash {
                                         const float* __restrict w_v,
                                         float* __restrict st,
                                         PrefetchStream* pf) {
+    constexpr int U = TileUnroll<RV>();
     int64_t j = 0;
-    for (; j + O::kUnroll <= nb; j += O::kUnroll) {
+    for (; j + U <= nb; j += U) {
       pf->Step();
-      ScoreKeys<RV, O::kUnroll, kKind>(qt, k + j * ks, d, ks, finish, w_v,
-                                       st + j * R);
+      ScoreKeys<RV, U, kKind>(qt, k + j * ks, d, ks, finish, w_v,
+                              st + j * R);
+    }
+    if (U > 4 && j + 4 <= nb) {
+      ScoreKeys<RV, 4, kKind>(qt, k + j * ks, d, ks, finish, w_v,
+                              st + j * R);
+      j += 4;
+    }
+    if (j + 2 <= nb) {
+      ScoreKeys<RV, 2, kKind>(qt, k + j * ks, d, ks, finish, w_v,
+                              st + j * R);
+      j += 2;
     }
     for (; j < nb; ++j) {
       ScoreKeys<RV, 1, kKind>(qt, k + j * ks, d, ks, finish, w_v,
@@ -488,11 +519,22 @@ struct Flash {
                                const float* __restrict v, int64_t dv,
                                int64_t vs, int64_t nb, V alpha0, V alpha1,
                                float* __restrict ot, PrefetchStream* pf) {
+    constexpr int U = OutputUnroll<RV, kGuard>();
     int64_t c = 0;
-    for (; c + O::kUnroll <= dv; c += O::kUnroll) {
+    for (; c + U <= dv; c += U) {
       pf->Step();
-      OutputColumns<RV, O::kUnroll, kGuard>(pt, v + c, vs, nb, alpha0,
-                                            alpha1, ot + c * R);
+      OutputColumns<RV, U, kGuard>(pt, v + c, vs, nb, alpha0, alpha1,
+                                   ot + c * R);
+    }
+    if (U > 4 && c + 4 <= dv) {
+      OutputColumns<RV, 4, kGuard>(pt, v + c, vs, nb, alpha0, alpha1,
+                                   ot + c * R);
+      c += 4;
+    }
+    if (c + 2 <= dv) {
+      OutputColumns<RV, 2, kGuard>(pt, v + c, vs, nb, alpha0, alpha1,
+                                   ot + c * R);
+      c += 2;
     }
     for (; c < dv; ++c) {
       OutputColumns<RV, 1, kGuard>(pt, v + c, vs, nb, alpha0, alpha1,
@@ -767,8 +809,8 @@ struct Flash {
                                          V* l0, V* m1, V* l1) {
     const int64_t dv = p.value_dim, lk = p.kv_len;
     const int64_t nb = j0 + kBlockKeys < span.end ? kBlockKeys : span.end - j0;
-    BlockPrefetch pf(prefetch, op, dv, j0, nb, span.end, nb / O::kUnroll,
-                     dv / O::kUnroll);
+    BlockPrefetch pf(prefetch, op, dv, j0, nb, span.end,
+                     nb / TileUnroll<RV>(), dv / OutputUnroll<RV, false>());
     float* st = tile.st;
     Scores<RV>(op, p.w_v, tile.qt, R, KeyBlock(op, j0, nb, tile.kblk), nb, st,
                &pf.v);
@@ -784,12 +826,35 @@ struct Flash {
     SoftmaxBlock<RV>(st, R, nb, m0, l0, &alpha0, m1, l1, &alpha1);
     if (RV == 1) alpha1 = alpha0;
     const float* v = ValueBlock(op, dv, j0, nb, tile.vblk);
-    if (masks || terms.bias) {
-      AccumulateOutput<RV, true>(st, R, v, dv, op.v_st, nb, alpha0, alpha1,
-                                 tile.ot, &pf.k);
-    } else {
-      AccumulateOutput<RV, false>(st, R, v, dv, op.v_st, nb, alpha0, alpha1,
+    const int64_t vs = op.v_st;
+    // Keys that every row of the tile sees, [a, b) of the block, need no
+    // guard (a bias can hide any key: all guarded). In a causal diagonal
+    // block that leaves the guard to the keys past the first row's end. The
+    // block's output is the same sequence of operations in one call or in
+    // three (the later ones rescale by 1, exactly), so the bits are too.
+    int64_t a = 0, b = nb;
+    if (terms.bias) {
+      b = 0;
+    } else if (masks) {
+      a = span.full_begin - j0;
+      b = span.full_end - j0;
+      a = a < 0 ? 0 : (a > nb ? nb : a);
+      b = b < a ? a : (b > nb ? nb : b);
+    }
+    const V one = O::Set(1.0f);
+    if (a > 0) {
+      AccumulateOutput<RV, true>(st, R, v, dv, vs, a, alpha0, alpha1, tile.ot,
+                                 &pf.k);
+    }
+    if (b > a) {
+      AccumulateOutput<RV, false>(st + a * R, R, v + a * vs, dv, vs, b - a,
+                                  a > 0 ? one : alpha0, a > 0 ? one : alpha1,
                                   tile.ot, &pf.k);
+    }
+    if (nb > b) {
+      AccumulateOutput<RV, true>(st + b * R, R, v + b * vs, dv, vs, nb - b,
+                                 b > 0 ? one : alpha0, b > 0 ? one : alpha1,
+                                 tile.ot, &pf.k);
     }
   }
 

@@ -54,8 +54,8 @@ struct XsimdOps {
   static constexpr bool kAvx512 = std::is_same<A, xsimd::avx512f>::value;
   static constexpr bool kAvx2 =
       std::is_same<A, xsimd::fma3<xsimd::avx2>>::value;
-  // Keys (scores) or value columns (output) per register tile: 8 with 32
-  // vector registers (AVX-512, AArch64 NEON), 4 with 16.
+  // Register tiles: 8 with 32 vector registers (AVX-512, AArch64 NEON), 4
+  // with 16; Flash<O>::TileUnroll derives the tile's steps from it.
   static constexpr int kUnroll =
       kAvx512 || std::is_same<A, xsimd::neon64>::value ? 8 : 4;
   // Full tiles of Q are packed, and the transposed output unpacked, by
