@@ -15,7 +15,8 @@
 # implementation, peak as a line; needs Debian's python3-matplotlib) and
 # BUILD_DIR/bench/console.txt (the benchmark's own console output); then
 # bench/mpi_scaling.sh adds the sharded-attention (MPI) section to report.md
-# (also alone in BUILD_DIR/bench/mpi_scaling.md).
+# (also alone in BUILD_DIR/bench/mpi_scaling.md), and bench/torch_baseline.py
+# PyTorch beside qkv (BUILD_DIR/bench/torch_baseline.md).
 # Extra flags go to the benchmark, e.g. --benchmark_filter=S3_small (keep
 # '^limits|' in the filter for the % of peak column). About 4-6 minutes on a
 # quiet 2-core machine.
@@ -103,4 +104,17 @@ fi
 if [[ -s "$OUT/mpi_scaling.md" ]]; then
   { echo; cat "$OUT/mpi_scaling.md"; } >>"$OUT/report.md"
   echo "appended $OUT/mpi_scaling.md to $OUT/report.md"
+fi
+
+# PyTorch beside qkv, both from Python (bench/torch_baseline.py, about 20 s):
+# its section is appended to report.md; without torch it says it was skipped.
+echo
+if QKV_LIBRARY="$BUILD/libqkv.so.0" "$PY" "$HERE/torch_baseline.py" --out "$OUT/torch_baseline.md"; then
+  :
+else
+  echo "warning: bench/torch_baseline.py failed (see its section in report.md)" >&2
+fi
+if [[ -s "$OUT/torch_baseline.md" ]]; then
+  { echo; cat "$OUT/torch_baseline.md"; } >>"$OUT/report.md"
+  echo "appended $OUT/torch_baseline.md to $OUT/report.md"
 fi
