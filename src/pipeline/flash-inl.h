@@ -810,7 +810,8 @@ struct Flash {
     const int64_t dv = p.value_dim, lk = p.kv_len;
     const int64_t nb = j0 + kBlockKeys < span.end ? kBlockKeys : span.end - j0;
     BlockPrefetch pf(prefetch, op, dv, j0, nb, span.end,
-                     nb / TileUnroll<RV>(), dv / OutputUnroll<RV, false>());
+                     nb / TileUnroll<RV>(), dv / OutputUnroll<RV, false>(),
+                     PrefetchTo::kL2);
     float* st = tile.st;
     Scores<RV>(op, p.w_v, tile.qt, R, KeyBlock(op, j0, nb, tile.kblk), nb, st,
                &pf.v);
@@ -1285,7 +1286,7 @@ struct Flash {
       // The first row's scores prefetch this block's V and the next K.
       const int64_t nb_all = j0 + kBlockKeys < stop ? kBlockKeys : stop - j0;
       BlockPrefetch pf(prefetch, op, dv, j0, nb_all, stop, nb_all / 4,
-                       nb_all / 4);
+                       nb_all / 4, PrefetchTo::kL1);
       // The block's keys and values, read once for all rows (low-precision
       // ones dequantized here): row j at k + (j - j0) * ks. Values are
       // converted after the first row's scores, which prefetch them.
