@@ -1601,10 +1601,34 @@ struct Flash {
     } else if (GroupsTiles(p)) {
       RunTileGroup(p, op, t, workspace);
     } else if (t.rows <= static_cast<int64_t>(O::Lanes())) {
-      RunTile<1>(p, op, t, shared, tile);
+      RunTileOfRows(p, op, t, shared, workspace, tile);
     } else {
       RunTile<2>(p, op, t, shared, tile);
     }
+  }
+
+  // A tile of one row vector. At most 8 rows (a decoding step at GQA up to
+  // 8, or a short prompt) on a 16-lane target take 8-lane vectors (the tiny
+  // path's Narrow8, the same target's AVX2-width code): a 512-bit vector
+  // half empty costs a full one, and on Zen 4, whose AVX-512 units are 256
+  // bits wide, twice the 256-bit one (GQA-8 decoding from L2 measured 1.4x
+  // slower on highway:AVX3 than on highway:AVX2). Each lane does the same
+  // operations at either width, so the bits are the same. The narrower
+  // tile's layout is smaller than the full one the workspace was sized for.
+  static void RunTileOfRows(const Problem& p, const Operands& op,
+                            const TileTask& t, const unsigned char* shared,
+                            unsigned char* workspace, const Tile& tile) {
+    using O8 = typename O::Narrow8;
+    if constexpr (!std::is_same<O8, O>::value) {
+      if (t.rows <= static_cast<int64_t>(O8::Lanes())) {
+        Tile narrow;
+        LayoutTile(p, O8::Lanes(), workspace, &narrow);
+        Flash<O8>::template RunTile<1>(p, op, t, shared, narrow);
+        return;
+      }
+    }
+    (void)workspace;
+    RunTile<1>(p, op, t, shared, tile);
   }
 
   // --------------------------------------- building blocks, for tests
