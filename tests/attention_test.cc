@@ -922,13 +922,9 @@ TEST_P(AttentionBackendTest, SupportedScores) {
   }
 }
 
-std::string BackendParamName(
-    const ::testing::TestParamInfo<std::string>& info) {
-  return SanitizeForTestName(info.param);
-}
-
 INSTANTIATE_TEST_SUITE_P(Backends, AttentionBackendTest,
-                         ::testing::ValuesIn(BackendNames()), BackendParamName);
+                         ::testing::ValuesIn(BackendNames()),
+                         BackendTestName);
 
 // The default backend (desc.backend NULL or "") is backend 0, bit for bit.
 TEST(AttentionDefaultBackendTest, NullAndEmptyNameAreBackendZero) {

@@ -1166,11 +1166,8 @@ TEST_P(BackwardSizeTest, EverySizeMatchesOracle) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Backends, BackwardSizeTest, ::testing::ValuesIn(BackendNames()),
-    [](const ::testing::TestParamInfo<std::string>& info) {
-      return SanitizeForTestName(info.param);
-    });
+INSTANTIATE_TEST_SUITE_P(Backends, BackwardSizeTest,
+                         ::testing::ValuesIn(BackendNames()), BackendTestName);
 
 TEST(BackwardCaseListTest, NamesAreUniqueAndShapesValid) {
   std::map<std::string, int> names;

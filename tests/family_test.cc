@@ -270,11 +270,8 @@ TEST_P(FamilyTest, LongDecodeMatchesTheOracle) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Backends, FamilyTest, ::testing::ValuesIn(BackendNames()),
-    [](const ::testing::TestParamInfo<std::string>& info) {
-      return SanitizeForTestName(info.param);
-    });
+INSTANTIATE_TEST_SUITE_P(Backends, FamilyTest,
+                         ::testing::ValuesIn(BackendNames()), BackendTestName);
 
 }  // namespace
 }  // namespace qkv_test

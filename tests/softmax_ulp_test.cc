@@ -144,12 +144,9 @@ TEST_P(SoftmaxUlpTest, TinyPath) {
   CheckSweep(GetParam(), Layout::kTinyPath, "tiny path");
 }
 
-std::string ParamName(const ::testing::TestParamInfo<std::string>& info) {
-  return SanitizeForTestName(info.param);
-}
-
 INSTANTIATE_TEST_SUITE_P(Backends, SoftmaxUlpTest,
-                         ::testing::ValuesIn(BackendNames()), ParamName);
+                         ::testing::ValuesIn(BackendNames()),
+                         BackendTestName);
 
 }  // namespace
 }  // namespace qkv_test

@@ -42,6 +42,13 @@ inline std::string SanitizeForTestName(const std::string& s) {
   return r;
 }
 
+// The name suffix of a test parameterized by a backend name, for
+// INSTANTIATE_TEST_SUITE_P (so filters such as '*SVE*' pick a backend).
+inline std::string BackendTestName(
+    const ::testing::TestParamInfo<std::string>& info) {
+  return SanitizeForTestName(info.param);
+}
+
 // A stable 32-bit seed from a name (FNV-1a), so each case has its own inputs
 // on every platform.
 inline uint32_t SeedFromName(const std::string& s) {

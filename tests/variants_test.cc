@@ -1265,11 +1265,8 @@ TEST_P(VariantsTest, EveryCaseMatchesOracle) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Backends, VariantsTest, ::testing::ValuesIn(BackendNames()),
-    [](const ::testing::TestParamInfo<std::string>& info) {
-      return SanitizeForTestName(info.param);
-    });
+INSTANTIATE_TEST_SUITE_P(Backends, VariantsTest,
+                         ::testing::ValuesIn(BackendNames()), BackendTestName);
 
 TEST(VariantsCaseListTest, NamesAreUniqueAndShapesValid) {
   std::map<std::string, int> names;
