@@ -351,9 +351,9 @@ inline bool PrefetchesKv(const Problem& p) {
 // it is prefetched: into L1. The tile path prefetches a whole 64-key block
 // (32 KiB at head_dim 128) while it works through another one of the same
 // size in L1: into L2, or the two evict each other (GQA-8 decode from DRAM,
-// highway:AVX2 on Zen 4: 4.5 ms with L1, 3.2 ms with L2). x86's prefetcht2
-// (locality 1) fills L2 on AMD and Intel alike (prefetcht1 measured slower
-// on Zen 4); GCC's locality 2 is AArch64's PLDL2KEEP.
+// highway:AVX2 on Zen 4: 4.5 ms with L1, 3.2 ms with L2). On x86 that is
+// prefetcht2 (locality 1; prefetcht1 measured 3.4 ms on Zen 4); GCC's
+// locality 2 is AArch64's PLDL2KEEP.
 enum class PrefetchTo { kL1, kL2 };
 #if defined(__x86_64__) || defined(__i386__)
 constexpr int kL2Locality = 1;
