@@ -17,7 +17,9 @@
 # alone: (head_dim + value_dim) / lanes per pair (one FMA per lane-full of
 # q.k and of p v), lanes = 4 for NEON, vector bits / 32 for SVE.
 # CPUs: -cpu cortex-a72 (NEON) and -cpu max at SVE vectors of 128, 256 and
-# 512 bits. Deterministic: the same build counts the same on every run.
+# 512 bits. The same build counts the same on every run in one environment;
+# another (its size moves the heap and stack, and glibc's alignment paths
+# with them) moved counts by up to 0.2 per pair, well inside the 2% ceilings.
 # About 1 minute.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
