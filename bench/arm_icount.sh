@@ -35,9 +35,10 @@ qemu=(qemu-aarch64 -L /usr/aarch64-linux-gnu -E LD_LIBRARY_PATH=/usr/aarch64-lin
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
-count() {  # count CPU BACKEND SHAPE CALLS -> instructions
-  "${qemu[@]}" -D "$log" -cpu "$1" "$exe" "$2" "$3" "$4" >/dev/null
-  sed -n 's/^insns: //p' "$log"
+count() {  # count CPU BACKEND SHAPE CALLS -> "pairs instructions"
+  local pairs
+  pairs=$("${qemu[@]}" -D "$log" -cpu "$1" "$exe" "$2" "$3" "$4")
+  echo "$pairs $(sed -n 's/^insns: //p' "$log")"
 }
 
 # cpu label, qemu -cpu, lanes of f32, backends
@@ -53,9 +54,8 @@ for c in "${configs[@]}"; do
   for backend in $backends; do
     for shape in s2 s1; do
       d=64; [ "$shape" = s1 ] && d=128
-      pairs=$("${qemu[@]}" -D "$log" -cpu "$cpu" "$exe" "$backend" "$shape" 0)
-      zero=$(sed -n 's/^insns: //p' "$log")
-      two=$(count "$cpu" "$backend" "$shape" 2)
+      read -r pairs zero <<<"$(count "$cpu" "$backend" "$shape" 0)"
+      read -r _ two <<<"$(count "$cpu" "$backend" "$shape" 2)"
       per=$(awk -v a="$two" -v b="$zero" -v p="$pairs" 'BEGIN { printf "%.1f", (a - b) / 2 / p }')
       min=$(awk -v d="$d" -v n="$lanes" 'BEGIN { printf "%g", 2 * d / n }')
       ratio=$(awk -v x="$per" -v m="$min" 'BEGIN { printf "%.2f", x / m }')

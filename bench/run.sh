@@ -109,9 +109,7 @@ fi
 # PyTorch beside qkv, both from Python (bench/torch_baseline.py, about 20 s):
 # its section is appended to report.md; without torch it says it was skipped.
 echo
-if QKV_LIBRARY="$BUILD/libqkv.so.0" "$PY" "$HERE/torch_baseline.py" --out "$OUT/torch_baseline.md"; then
-  :
-else
+if ! QKV_LIBRARY="$BUILD/libqkv.so.0" "$PY" "$HERE/torch_baseline.py" --out "$OUT/torch_baseline.md"; then
   echo "warning: bench/torch_baseline.py failed (see its section in report.md)" >&2
 fi
 if [[ -s "$OUT/torch_baseline.md" ]]; then
