@@ -629,6 +629,13 @@ std::vector<VCase> AllCases() {
   cs.push_back(Shape("token_major_tile_split", 1, 16, 2, 1, 1300, 64, 64)
                    .Everything(1000, -1)
                    .AllLayouts(L::kTokenMajor));
+  // Interleaved heads (a token-major decode takes up to 32 kv heads per
+  // task): 35 kv heads are groups of 18 and 17; one row per kv head, a
+  // window cutting inside the 8-key steps, splits.
+  cs.push_back(Shape("token_major_many_heads", 2, 35, 35, 1, 700, 12, 20)
+                   .Everything(333, -1)
+                   .QPos({650, 0})
+                   .AllLayouts(L::kTokenMajor));
   cs.push_back(Shape("token_major_tiny", 2, 4, 2, 2, 8, 16, 16)
                    .Causal()
                    .AllLayouts(L::kTokenMajor));
@@ -707,6 +714,13 @@ std::vector<VCase> AllCases() {
     cs.push_back(Shape(n + "_tiny", 1, 2, 1, 1, 5, 8, 8).Dtype(t));
     cs.push_back(Shape(n + "_everything_token_major", 2, 4, 2, 33, 100, 16, 16)
                      .Everything(20, -1)
+                     .AllLayouts(L::kTokenMajor)
+                     .Dtype(t));
+    // Decoding from a token-major cache: heads interleaved, keys and values
+    // read converting in registers, splits, tails.
+    cs.push_back(Shape(n + "_token_major_decode", 2, 3, 3, 1, 700, 20, 12)
+                     .Everything(300, -1)
+                     .QPos({600, 50})
                      .AllLayouts(L::kTokenMajor)
                      .Dtype(t));
     // Rows not a multiple of the lanes (conversion tails), gaps everywhere.

@@ -1261,6 +1261,49 @@ struct Flash {
     }
   }
 
+  // Row r's scores st[0, nb) of keys [lo, lo + nb) of a block to
+  // probabilities: the epilogue, the raw scores into weights (when asked),
+  // the online softmax. Returns the rescale factor of the row's output.
+  static QKV_FLASH_INLINE float RowProbabilities(const Problem& p,
+                                                 const Tile& tile, int64_t r,
+                                                 int64_t lo, int64_t nb,
+                                                 float* st) {
+    if (p.softcap > 0.0f || p.alibi_slopes != nullptr) {
+      RowEpilogue(p, tile, r, lo, nb, st);
+    } else if (tile.bias[r] != nullptr) {
+      AddBias(tile.bias[r], lo, nb, 1, st);
+    }
+    if (p.weights != nullptr) {
+      memcpy(p.weights + tile.row[r] * p.kv_len + lo, st, nb * sizeof(float));
+    }
+    return RowSoftmaxBlock(st, nb, &tile.m[r], &tile.sum[r]);
+  }
+
+  // The finisher for the row path's rows of one kv head, after merging
+  // the flash-decoding splits (false: another split merges them).
+  static void FinishRows(const Problem& p, const TileTask& task,
+                         const unsigned char* shared, const Tile& tile) {
+    const int64_t dv = p.value_dim;
+    if (KeySplits(p) > 1 &&
+        !MergeSplits(p, task, shared, tile, tile.o_rows, dv, 1)) {
+      return;
+    }
+    for (int64_t r = 0; r < task.rows; ++r) {
+      RowState s;
+      s.row = tile.row[r];
+      s.out = tile.out[r];
+      s.m = tile.m[r];
+      s.l = tile.sum[r];
+      s.sink = tile.sink[r];
+      s.o = tile.o_rows + r * dv;
+      s.o_stride = 1;
+      s.c_begin = 0;
+      s.w_lo = tile.lo[r];
+      s.w_hi = tile.hi[r];
+      FinishRow(p, s, tile.tail);
+    }
+  }
+
   // All rows (at most kRowPathMaxRows) of one (batch, kv head), keys
   // [task.key_begin, task.key_end) of them (one flash-decoding split). Keys
   // are walked in blocks; each block of K and V is read from memory once and
@@ -1270,7 +1313,7 @@ struct Flash {
                       const TileTask& task, const unsigned char* shared,
                       const Tile& tile) {
     const int64_t b = task.b, kvh = task.kvh, rows = task.rows;
-    const int64_t d = op.dim, dv = p.value_dim, lk = p.kv_len;
+    const int64_t d = op.dim, dv = p.value_dim;
     const RowsSpan span = SetUpRowPath(p, op, b, kvh, rows, tile);
     const int64_t start =
         span.begin > task.key_begin ? span.begin : task.key_begin;
@@ -1281,7 +1324,6 @@ struct Flash {
     const bool fused_v = op.convert_v && rows == 1;
     const bool fused_k =
         fused_v && op.convert_k && (op.kind == kDot || op.kind == kDotScaled);
-    const bool epilogue = p.softcap > 0.0f || p.alibi_slopes != nullptr;
     for (int64_t j0 = start; j0 < stop; j0 += kBlockKeys) {
       // The first row's scores prefetch this block's V and the next K.
       const int64_t nb_all = j0 + kBlockKeys < stop ? kBlockKeys : stop - j0;
@@ -1308,15 +1350,7 @@ struct Flash {
           RowScoresFor(p, op, tile.q_rows + r * d, k + (lo - j0) * ks, nb, st,
                        r == 0 ? &pf : nullptr);
         }
-        if (epilogue) {
-          RowEpilogue(p, tile, r, lo, nb, st);
-        } else if (tile.bias[r] != nullptr) {
-          AddBias(tile.bias[r], lo, nb, 1, st);
-        }
-        if (p.weights != nullptr) {
-          memcpy(p.weights + tile.row[r] * lk + lo, st, nb * sizeof(float));
-        }
-        const float alpha = RowSoftmaxBlock(st, nb, &tile.m[r], &tile.sum[r]);
+        const float alpha = RowProbabilities(p, tile, r, lo, nb, st);
         if (fused_v) {
           RowOutputLowPrecision(st, op.vsrc, lo, dv, nb, alpha,
                                 tile.o_rows + r * dv);
@@ -1327,23 +1361,105 @@ struct Flash {
                   tile.o_rows + r * dv);
       }
     }
-    if (KeySplits(p) > 1 &&
-        !MergeSplits(p, task, shared, tile, tile.o_rows, dv, 1)) {
-      return;
+    FinishRows(p, task, shared, tile);
+  }
+
+  // The row path over up to kHeadGroupMax kv heads of a token-major cache
+  // (InterleavesHeads): each key block is scored kInterleaveKeys keys at a
+  // time for every head of the group in turn, then turned into
+  // probabilities head by head, then its values are read the same way. A
+  // head's scores, softmax and output are RunRows' on the same blocks (the
+  // output's later pieces rescale by 1, which is exact): the same bits.
+  static void RunRowsHeads(const Problem& p, const TileTask& task,
+                           const unsigned char* shared,
+                           unsigned char* workspace) {
+    const int64_t heads = task.heads, rows = task.rows;
+    const int64_t d = ScoreDim(p), dv = p.value_dim;
+    const size_t tile_bytes = LayoutRowTile(p, O::Lanes(), nullptr, nullptr);
+    const int64_t s_floats = static_cast<int64_t>(RowScoreFloats(O::Lanes()));
+    Operands ops[kHeadGroupMax];
+    Tile tiles[kHeadGroupMax];
+    float alphas[kHeadGroupMax * kRowPathMaxRows];
+    RowsSpan span = EmptySpan(p);
+    for (int64_t g = 0; g < heads; ++g) {
+      ops[g] = OperandsFor(p, shared, task.b, task.kvh + g);
+      LayoutRowTile(p, O::Lanes(), workspace + g * tile_bytes, &tiles[g]);
+      // Every head of a batch has the same key intervals (RowKeys): the
+      // same span, so the same blocks as RunRows.
+      span = SetUpRowPath(p, ops[g], task.b, task.kvh + g, rows, tiles[g]);
     }
-    for (int64_t r = 0; r < rows; ++r) {
-      RowState s;
-      s.row = tile.row[r];
-      s.out = tile.out[r];
-      s.m = tile.m[r];
-      s.l = tile.sum[r];
-      s.sink = tile.sink[r];
-      s.o = tile.o_rows + r * dv;
-      s.o_stride = 1;
-      s.c_begin = 0;
-      s.w_lo = tile.lo[r];
-      s.w_hi = tile.hi[r];
-      FinishRow(p, s, tile.tail);
+    const bool fused = p.kv_dtype != QKV_DTYPE_F32;  // one row, dot scores
+    const int64_t start =
+        span.begin > task.key_begin ? span.begin : task.key_begin;
+    const int64_t stop = span.end < task.key_end ? span.end : task.key_end;
+    // Row r's keys in block [j0, j1): [lo, hi), scores at s_row + r * s_floats.
+    auto keys_of = [&](const Tile& tile, int64_t r, int64_t j0, int64_t j1,
+                       int64_t* lo, int64_t* hi) {
+      *lo = tile.lo[r] > j0 ? tile.lo[r] : j0;
+      int64_t h = j1 < tile.hi[r] ? j1 : tile.hi[r];
+      *hi = h < task.key_end ? h : task.key_end;
+    };
+    for (int64_t j0 = start; j0 < stop; j0 += kBlockKeys) {
+      const int64_t j1 = j0 + kBlockKeys < stop ? j0 + kBlockKeys : stop;
+      for (int64_t s0 = j0; s0 < j1; s0 += kInterleaveKeys) {
+        const int64_t s1 = s0 + kInterleaveKeys < j1 ? s0 + kInterleaveKeys : j1;
+        for (int64_t g = 0; g < heads; ++g) {
+          const Operands& op = ops[g];
+          const Tile& tile = tiles[g];
+          for (int64_t r = 0; r < rows; ++r) {
+            int64_t lo, hi;
+            keys_of(tile, r, j0, j1, &lo, &hi);
+            const int64_t a = lo > s0 ? lo : s0, e = hi < s1 ? hi : s1;
+            if (e <= a) continue;
+            float* st = tile.s_row + r * s_floats + (a - lo);
+            if (fused) {
+              RowDotScoresLowPrecision(tile.q_rows + r * d, op.ksrc, a, d,
+                                       e - a, op.finish, st, nullptr);
+            } else {
+              RowScoresFor(p, op, tile.q_rows + r * d, op.k + a * op.k_st,
+                           e - a, st, nullptr);
+            }
+          }
+        }
+      }
+      for (int64_t g = 0; g < heads; ++g) {
+        const Tile& tile = tiles[g];
+        for (int64_t r = 0; r < rows; ++r) {
+          int64_t lo, hi;
+          keys_of(tile, r, j0, j1, &lo, &hi);
+          if (hi <= lo) continue;
+          alphas[g * kRowPathMaxRows + r] = RowProbabilities(
+              p, tile, r, lo, hi - lo, tile.s_row + r * s_floats);
+        }
+      }
+      for (int64_t s0 = j0; s0 < j1; s0 += kInterleaveKeys) {
+        const int64_t s1 = s0 + kInterleaveKeys < j1 ? s0 + kInterleaveKeys : j1;
+        for (int64_t g = 0; g < heads; ++g) {
+          const Operands& op = ops[g];
+          const Tile& tile = tiles[g];
+          for (int64_t r = 0; r < rows; ++r) {
+            int64_t lo, hi;
+            keys_of(tile, r, j0, j1, &lo, &hi);
+            const int64_t a = lo > s0 ? lo : s0, e = hi < s1 ? hi : s1;
+            if (e <= a) continue;
+            const float alpha = a == lo ? alphas[g * kRowPathMaxRows + r] : 1.0f;
+            float* pr = tile.s_row + r * s_floats + (a - lo);
+            if (fused) {
+              RowOutputLowPrecision(pr, op.vsrc, a, dv, e - a, alpha,
+                                    tile.o_rows + r * dv);
+            } else {
+              RowOutput(pr, op.v + a * op.v_st, dv, op.v_st, e - a, alpha,
+                        tile.o_rows + r * dv);
+            }
+          }
+        }
+      }
+    }
+    for (int64_t g = 0; g < heads; ++g) {
+      TileTask one = task;
+      one.kvh = task.kvh + g;
+      one.heads = 1;
+      FinishRows(p, one, shared, tiles[g]);
     }
   }
 
@@ -1582,6 +1698,10 @@ struct Flash {
     if (UsesTinyPath(p, O::Lanes())) {
       return LayoutTiny(p, O::Lanes(), nullptr, nullptr);
     }
+    if (InterleavesHeads(p)) {
+      return static_cast<size_t>(HeadGroup(p)) *
+             LayoutRowTile(p, O::Lanes(), nullptr, nullptr);
+    }
     const size_t tile = LayoutTile(p, O::Lanes(), nullptr, nullptr);
     return GroupsTiles(p) ? static_cast<size_t>(kGroupTiles) * tile : tile;
   }
@@ -1589,6 +1709,10 @@ struct Flash {
   static void RunTask(const Problem& p, size_t task,
                       const unsigned char* shared, unsigned char* workspace) {
     const TileTask t = SplitTaskAt(p, task, TaskRows(p));
+    if (InterleavesHeads(p)) {
+      RunRowsHeads(p, t, shared, workspace);
+      return;
+    }
     const Operands op = OperandsFor(p, shared, t.b, t.kvh);
     if (UsesTinyPath(p, O::Lanes())) {
       RunTiny(p, op, t, workspace);
