@@ -663,13 +663,14 @@ inline size_t LayoutTile(const Problem& p, size_t lanes, unsigned char* base,
 }
 
 // One kv head's row-path state in an interleaved task (RunRowsHeads):
-// what RunRows keeps in its Tile, for at most kRowPathMaxRows rows, with a
+// what RunRows keeps in its Tile, for the group's rows (at most
+// kRowPathMaxRows; 2.1 KiB a head for one row of d 128), with a
 // score row per row (the group's heads keep a block's scores while the
 // other heads are scored). The tile path's arrays are NULL. Bytes; with base
 // non-NULL also fills *tile.
 inline size_t LayoutRowTile(const Problem& p, size_t lanes,
                             unsigned char* base, Tile* tile) {
-  const size_t r = static_cast<size_t>(kRowPathMaxRows);
+  const size_t r = static_cast<size_t>(p.group * p.q_len);  // row path: <= 4
   const size_t dim = static_cast<size_t>(ScoreDim(p));
   const size_t dv = static_cast<size_t>(p.value_dim);
   size_t offset = 0;
