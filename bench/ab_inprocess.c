@@ -8,7 +8,9 @@
  *
  *   qkv_ab_inprocess LIB_A LIB_B [SECONDS_PER_CASE] [FILTER]
  *
- * Cases: the benchmark suite's S1-S4, S1_gqa8_decode and its kv_len and
+ * Cases: the benchmark suite's S1-S4, S1_gqa8_decode, S1_gqa4_decode (32
+ * query heads over 8 kv heads), S1 from a token-major
+ * cache (32 kv heads, and 8 with 4 query heads each), its kv_len and
  * head_dim sweeps (bench/bench_attention.cc), one worker, on every
  * backend whose name contains FILTER (default: every SIMD backend of
  * library B). Prints one line per case: median A and B time in us, B/A
@@ -88,6 +90,7 @@ typedef struct {
   int64_t heads, q_len, kv_len, d;
   int causal;
   int64_t kv_heads; /* 0: heads */
+  int token_major;  /* K and V [token][kv_heads][d] */
 } shape;
 
 static float *floats(size_t n, unsigned seed) {
@@ -127,21 +130,24 @@ int main(int argc, char **argv) {
   const char *filter = argc > 4 ? argv[4] : NULL;
   shape shapes[32];
   int n = 0;
-  shapes[n++] = (shape){"S1_decode", 32, 1, 4096, 128, 0, 0};
-  shapes[n++] = (shape){"S1_gqa8_decode", 64, 1, 4096, 128, 0, 8};
-  shapes[n++] = (shape){"S2_prefill", 8, 1024, 1024, 64, 1, 0};
-  shapes[n++] = (shape){"S3_small", 4, 128, 128, 64, 0, 0};
-  shapes[n++] = (shape){"S4_toy", 1, 4, 4, 2, 0, 0};
+  shapes[n++] = (shape){"S1_decode", 32, 1, 4096, 128, 0, 0, 0};
+  shapes[n++] = (shape){"S1_gqa8_decode", 64, 1, 4096, 128, 0, 8, 0};
+  shapes[n++] = (shape){"S1_gqa4_decode", 32, 1, 4096, 128, 0, 8, 0};
+  shapes[n++] = (shape){"S1_token_major", 32, 1, 4096, 128, 0, 0, 1};
+  shapes[n++] = (shape){"S1_gqa4_token_m", 32, 1, 4096, 128, 0, 8, 1};
+  shapes[n++] = (shape){"S2_prefill", 8, 1024, 1024, 64, 1, 0, 0};
+  shapes[n++] = (shape){"S3_small", 4, 128, 128, 64, 0, 0, 0};
+  shapes[n++] = (shape){"S4_toy", 1, 4, 4, 2, 0, 0, 0};
   static char names[16][32];
   int m = 0;
   for (int64_t kv = 128; kv <= 16384; kv *= 2, ++m) {
     snprintf(names[m], sizeof names[m], "sweep_kv%lld", (long long)kv);
-    shapes[n++] = (shape){names[m], 4, 128, kv, 64, 0, 0};
+    shapes[n++] = (shape){names[m], 4, 128, kv, 64, 0, 0, 0};
   }
   const int64_t dims[] = {32, 64, 80, 128, 256};
   for (int i = 0; i < 5; ++i, ++m) {
     snprintf(names[m], sizeof names[m], "sweep_d%lld", (long long)dims[i]);
-    shapes[n++] = (shape){names[m], 4, 512, 512, dims[i], 0, 0};
+    shapes[n++] = (shape){names[m], 4, 512, 512, dims[i], 0, 0, 0};
   }
   printf("%-16s %-16s %12s %12s %8s %17s %7s\n", "shape", "backend", "A us",
          "B us", "B/A", "[q1, q3]", "rounds");
@@ -160,6 +166,10 @@ int main(int argc, char **argv) {
       b.init(&db, 1, sh->heads, kvh, sh->q_len, sh->kv_len, sh->d, sh->d);
       da.mask = db.mask = sh->causal ? QKV_MASK_CAUSAL : QKV_MASK_NONE;
       da.backend = db.backend = backend;
+      if (sh->token_major) {
+        const qkv_strides t = {sh->kv_len * kvh * sh->d, sh->d, kvh * sh->d};
+        da.k_strides = da.v_strides = db.k_strides = db.v_strides = t;
+      }
       const size_t nq = (size_t)(sh->heads * sh->q_len * sh->d);
       const size_t nk = (size_t)(kvh * sh->kv_len * sh->d);
       float *q = floats(nq, 1), *k = floats(nk, 2), *v = floats(nk, 3);

@@ -532,7 +532,7 @@ struct Tile {
   // Row path: keys in lanes.
   float* q_rows;  // [kRowPathMaxRows][dim] pre-scaled queries
   float* o_rows;  // [kRowPathMaxRows][value_dim] unnormalized output
-  float* s_row;   // [kBlockKeys + lanes] scores of one row
+  float* s_row;   // [kRowPathMaxRows][kBlockKeys + lanes] scores
   // Low-precision K/V: one block of keys and values dequantized (NULL for
   // f32, which is read in place).
   float* kblk;  // [kBlockKeys][dim]
@@ -626,7 +626,7 @@ inline size_t LayoutTile(const Problem& p, size_t lanes, unsigned char* base,
   unsigned char* sink = take(r * 4);
   unsigned char* q_rows = take(kRowPathMaxRows * dim * 4);
   unsigned char* o_rows = take(kRowPathMaxRows * dv * 4);
-  unsigned char* s_row = take(RowScoreFloats(lanes) * 4);
+  unsigned char* s_row = take(kRowPathMaxRows * RowScoreFloats(lanes) * 4);
   const bool convert = p.kv_dtype != QKV_DTYPE_F32;
   const bool convert_k = convert && p.score != QKV_SCORE_ADDITIVE;
   unsigned char* kblk =

@@ -1051,53 +1051,123 @@ struct Flash {
            finish;
   }
 
-  template <int kKind, class E = F32Rows>
-  __attribute__((noinline)) static void RowScores(
-      const float* __restrict q, const typename E::T* __restrict k, int64_t d,
-      int64_t ks, int64_t nb, float finish, const float* __restrict w_v,
-      float* __restrict st, BlockPrefetch* pf = nullptr) {
+  // Keys per score step of R rows on the row path (R x U accumulators):
+  // 4, or 2 for 3 and 4 rows on 16-register targets. One row takes 4 keys
+  // (8 measured 1.23-1.30x slower on S1 decoding from DRAM: the prefetch
+  // steps then leave two at a time).
+  template <int R>
+  static constexpr int RowUnroll() {
+    return O::kUnroll >= 8 || R <= 2 ? 4 : 2;
+  }
+
+#undef QKV_ROWS4
+#define QKV_ROWS4(X, u) X(0, u) X(1, u) X(2, u) X(3, u)
+#undef QKV_ROWS4_KEYS8
+#define QKV_ROWS4_KEYS8(X)                                           \
+  QKV_ROWS4(X, 0) QKV_ROWS4(X, 1) QKV_ROWS4(X, 2) QKV_ROWS4(X, 3) \
+  QKV_ROWS4(X, 4) QKV_ROWS4(X, 5) QKV_ROWS4(X, 6) QKV_ROWS4(X, 7)
+
+  // Scores of R rows (queries q + r * d) for U keys (k + u * ks) into
+  // st[r * s_stride + u], each key's vectors loaded once for all rows. Per
+  // (row, key) one chain of ScoreTerm over the vectors of d, the lanes'
+  // sum, the scalar tail, the factor: the same operations whatever R and U.
+  template <int R, int U, int kKind, class E>
+  static QKV_FLASH_INLINE void RowKeysStep(const float* __restrict q,
+                                       const typename E::T* __restrict k,
+                                       int64_t d, int64_t d_full, int64_t ks,
+                                       float finish, const float* w_v,
+                                       float* __restrict st,
+                                       int64_t s_stride) {
     using T = typename E::T;
     const int64_t N = static_cast<int64_t>(O::Lanes());
+#define QKV_DECL(r, u) V a##r##_##u = O::Zero();
+    QKV_ROWS4_KEYS8(QKV_DECL)
+#undef QKV_DECL
+#define QKV_DECL(u) const T* __restrict kp##u = k + (u < U ? u : 0) * ks;
+    QKV_UNROLL8(QKV_DECL)
+#undef QKV_DECL
+    for (int64_t t = 0; t < d_full; t += N) {
+      const V q0 = O::LoadU(q + t);
+      const V q1 = R > 1 ? O::LoadU(q + d + t) : q0;
+      const V q2 = R > 2 ? O::LoadU(q + 2 * d + t) : q0;
+      const V q3 = R > 3 ? O::LoadU(q + 3 * d + t) : q0;
+      const V w = kKind == kAdditive ? O::LoadU(w_v + t) : O::Zero();
+#define QKV_TERM(r, u) \
+  if (r < R) a##r##_##u = ScoreTerm<kKind>(q##r, b, w, a##r##_##u);
+#define QKV_KEY(u)                                \
+  if (u < U) {                                    \
+    const V b = E::Load(kp##u + t);               \
+    QKV_ROWS4(QKV_TERM, u)                        \
+  }
+      QKV_UNROLL8(QKV_KEY)
+#undef QKV_KEY
+#undef QKV_TERM
+    }
+#define QKV_STORE(r, u)                                                  \
+  if (r < R && u < U) {                                                  \
+    st[r * s_stride + u] = Finished<kKind, E>(a##r##_##u, q + r * d,     \
+                                              kp##u, w_v, d_full, d,     \
+                                              finish);                   \
+  }
+    QKV_ROWS4_KEYS8(QKV_STORE)
+#undef QKV_STORE
+  }
+
+  // R rows (queries q + r * d, scores at st + r * s_stride) against nb
+  // keys: st[r * s_stride + j] = finish * sum_t f(q_r[t], k_j[t]), d in
+  // lanes. Also projects for kAdditive (q a key or query, k the rows of
+  // W). Keys are rows of E (F32Rows but on the fused path). The prefetch
+  // steps once every 4 keys.
+  template <int R, int kKind, class E>
+  __attribute__((noinline)) static void RowScoresRows(
+      const float* __restrict q, const typename E::T* __restrict k, int64_t d,
+      int64_t ks, int64_t nb, float finish, const float* __restrict w_v,
+      float* __restrict st, int64_t s_stride, BlockPrefetch* pf) {
+    const int64_t N = static_cast<int64_t>(O::Lanes());
     const int64_t d_full = d - d % N;
-    int64_t j = 0;
     if (d_full == 0) {  // vectors shorter than one SIMD vector: plain loops
-      for (; j < nb; ++j) {
-        st[j] = RowTail<kKind, E>(q, k + j * ks, w_v, 0, d) * finish;
+      for (int r = 0; r < R; ++r) {
+        for (int64_t j = 0; j < nb; ++j) {
+          st[r * s_stride + j] =
+              RowTail<kKind, E>(q + r * d, k + j * ks, w_v, 0, d) * finish;
+        }
       }
       return;
     }
-    for (; j + 4 <= nb; j += 4) {
-      if (pf != nullptr) {
+    constexpr int U = RowUnroll<R>();
+    int64_t j = 0;
+    for (; j + U <= nb; j += U) {
+      if (pf != nullptr && (U >= 4 || j % 4 == 0)) {
         pf->v.Step();
         pf->k.Step();
       }
-      const T* k0 = k + j * ks;
-      const T* k1 = k0 + ks;
-      const T* k2 = k1 + ks;
-      const T* k3 = k2 + ks;
-      V a0 = O::Zero(), a1 = O::Zero(), a2 = O::Zero(), a3 = O::Zero();
-      for (int64_t t = 0; t < d_full; t += N) {
-        const V qv = O::LoadU(q + t);
-        const V wv = kKind == kAdditive ? O::LoadU(w_v + t) : O::Zero();
-        a0 = ScoreTerm<kKind>(qv, E::Load(k0 + t), wv, a0);
-        a1 = ScoreTerm<kKind>(qv, E::Load(k1 + t), wv, a1);
-        a2 = ScoreTerm<kKind>(qv, E::Load(k2 + t), wv, a2);
-        a3 = ScoreTerm<kKind>(qv, E::Load(k3 + t), wv, a3);
-      }
-      st[j + 0] = Finished<kKind, E>(a0, q, k0, w_v, d_full, d, finish);
-      st[j + 1] = Finished<kKind, E>(a1, q, k1, w_v, d_full, d, finish);
-      st[j + 2] = Finished<kKind, E>(a2, q, k2, w_v, d_full, d, finish);
-      st[j + 3] = Finished<kKind, E>(a3, q, k3, w_v, d_full, d, finish);
+      RowKeysStep<R, U, kKind, E>(q, k + j * ks, d, d_full, ks, finish, w_v,
+                              st + j, s_stride);
+    }
+    if (U > 4 && j + 4 <= nb) {
+      RowKeysStep<R, 4, kKind, E>(q, k + j * ks, d, d_full, ks, finish, w_v,
+                              st + j, s_stride);
+      j += 4;
+    }
+    if (U > 2 && j + 2 <= nb) {
+      RowKeysStep<R, 2, kKind, E>(q, k + j * ks, d, d_full, ks, finish, w_v,
+                              st + j, s_stride);
+      j += 2;
     }
     for (; j < nb; ++j) {
-      const T* k0 = k + j * ks;
-      V a0 = O::Zero();
-      for (int64_t t = 0; t < d_full; t += N) {
-        const V wv = kKind == kAdditive ? O::LoadU(w_v + t) : O::Zero();
-        a0 = ScoreTerm<kKind>(O::LoadU(q + t), E::Load(k0 + t), wv, a0);
-      }
-      st[j] = Finished<kKind, E>(a0, q, k0, w_v, d_full, d, finish);
+      RowKeysStep<R, 1, kKind, E>(q, k + j * ks, d, d_full, ks, finish, w_v,
+                              st + j, s_stride);
     }
+  }
+
+  // One row's scores (Prepare's projections and the fused path use it).
+  template <int kKind, class E = F32Rows>
+  static void RowScores(const float* __restrict q,
+                        const typename E::T* __restrict k, int64_t d,
+                        int64_t ks, int64_t nb, float finish,
+                        const float* __restrict w_v, float* __restrict st,
+                        BlockPrefetch* pf = nullptr) {
+    RowScoresRows<1, kKind, E>(q, k, d, ks, nb, finish, w_v, st, 0, pf);
   }
 
   // Online softmax of one row's block: st[0, nb) becomes probabilities
@@ -1126,6 +1196,107 @@ struct Flash {
     *m = m_new;
     *l = *l * alpha + O::ReduceSum(vsum);
     return alpha;
+  }
+
+  // Value vectors per output step of R rows (R x U accumulators, R
+  // broadcasts and a value vector in registers).
+  template <int R>
+  static constexpr int RowOutputUnroll() {
+    return O::kUnroll >= 8 ? (R <= 2 ? 8 : 4) : (R <= 2 ? 4 : 2);
+  }
+
+  // o_r[c] = o_r[c] * alpha[r] + sum_j pr_r[j] v_j[c] for R rows (pr_r at
+  // pr + r * s_stride, o_r at o + r * o_stride) and U vectors of columns,
+  // each value vector loaded once for all rows. A row whose probability is
+  // 0 (a hidden key) skips the key, as RowOutputColumnsOf: per row the same
+  // operations.
+  template <int R, int U, bool kGuard>
+  __attribute__((noinline)) static void RowOutputRowsColumns(
+      const float* __restrict pr, int64_t s_stride,
+      const float* __restrict v, int64_t vs, int64_t nb,
+      const float* __restrict alpha, float* __restrict o, int64_t o_stride) {
+    const size_t N = O::Lanes();
+#define QKV_DECL(r, u) \
+  V o##r##_##u = O::Zero(); \
+  if (r < R && u < U) o##r##_##u = O::Mul(O::LoadU(o + r * o_stride + u * N), O::Set(alpha[r]));
+    QKV_ROWS4_KEYS8(QKV_DECL)
+#undef QKV_DECL
+    const float* __restrict p0 = pr;
+    const float* __restrict p1 = pr + (R > 1 ? s_stride : 0);
+    const float* __restrict p2 = pr + (R > 2 ? 2 * s_stride : 0);
+    const float* __restrict p3 = pr + (R > 3 ? 3 * s_stride : 0);
+    for (int64_t j = 0; j < nb; ++j) {
+      const float* __restrict vj = v + j * vs;
+      const float x0 = p0[j], x1 = p1[j], x2 = p2[j], x3 = p3[j];
+      const V b0 = O::Set(x0), b1 = O::Set(x1), b2 = O::Set(x2),
+              b3 = O::Set(x3);
+      if (!kGuard) {
+#define QKV_FMA(r, u) if (r < R) o##r##_##u = O::MulAdd(b##r, c, o##r##_##u);
+#define QKV_COL(u)                       \
+  if (u < U) {                           \
+    const V c = O::LoadU(vj + u * N);    \
+    QKV_ROWS4(QKV_FMA, u)                \
+  }
+        QKV_UNROLL8(QKV_COL)
+#undef QKV_COL
+#undef QKV_FMA
+        continue;
+      }
+      // Some probability of the block is 0 (underflow): per row.
+#define QKV_FMA(r, u) \
+  if (r < R && x##r != 0.0f) o##r##_##u = O::MulAdd(b##r, c, o##r##_##u);
+#define QKV_COL(u)                       \
+  if (u < U) {                           \
+    const V c = O::LoadU(vj + u * N);    \
+    QKV_ROWS4(QKV_FMA, u)                \
+  }
+      QKV_UNROLL8(QKV_COL)
+#undef QKV_COL
+#undef QKV_FMA
+    }
+#define QKV_STORE(r, u) \
+  if (r < R && u < U) O::StoreU(o##r##_##u, o + r * o_stride + u * N);
+    QKV_ROWS4_KEYS8(QKV_STORE)
+#undef QKV_STORE
+  }
+
+  // RowOutput for R rows at once (pr_r at pr + r * s_stride, o_r at
+  // o + r * dv, alpha[r]).
+  template <int R>
+  static void RowOutputRows(const float* __restrict pr, int64_t s_stride,
+                            const float* __restrict v, int64_t dv, int64_t vs,
+                            int64_t nb, const float* __restrict alpha,
+                            float* __restrict o) {
+    const int64_t N = static_cast<int64_t>(O::Lanes());
+    constexpr int U = RowOutputUnroll<R>();
+    bool zero = false;  // some row skips some key
+    for (int r = 0; r < R; ++r) {
+      for (int64_t j = 0; j < nb; ++j) zero |= pr[r * s_stride + j] == 0.0f;
+    }
+    int64_t c = 0;
+    for (; c + U * N <= dv; c += U * N) {
+      if (zero) {
+        RowOutputRowsColumns<R, U, true>(pr, s_stride, v + c, vs, nb, alpha,
+                                         o + c, dv);
+      } else {
+        RowOutputRowsColumns<R, U, false>(pr, s_stride, v + c, vs, nb, alpha,
+                                          o + c, dv);
+      }
+    }
+    for (; c + N <= dv; c += N) {
+      RowOutputRowsColumns<R, 1, true>(pr, s_stride, v + c, vs, nb, alpha,
+                                       o + c, dv);
+    }
+    for (; c < dv; ++c) {
+      for (int r = 0; r < R; ++r) {
+        const float* p = pr + r * s_stride;
+        float acc = o[r * dv + c] * alpha[r];
+        for (int64_t j = 0; j < nb; ++j) {
+          if (p[j] != 0.0f) acc += p[j] * v[j * vs + c];
+        }
+        o[r * dv + c] = acc;
+      }
+    }
   }
 
   static void RowOutput(const float* __restrict pr, const float* __restrict v,
@@ -1304,6 +1475,62 @@ struct Flash {
     }
   }
 
+  // Rows scored and accumulated together (RowScoresRows, RowOutputRows):
+  // 2 or 4 rows (a decoding step at GQA 2 or 4) that see the same keys, dot
+  // scores. Other groups take their rows one at a time.
+  static bool JointRows(const Operands& op, const Tile& tile, int64_t rows) {
+    if ((rows != 2 && rows != 4) || (op.kind != kDot && op.kind != kDotScaled)) {
+      return false;
+    }
+    for (int64_t r = 1; r < rows; ++r) {
+      if (tile.lo[r] != tile.lo[0] || tile.hi[r] != tile.hi[0]) return false;
+    }
+    return true;
+  }
+
+  // Joint rows' scores of nb f32 key rows k (k_st apart) into st (a row
+  // every s_stride floats).
+  static void JointScoresOnly(const Operands& op, const Tile& tile,
+                              int64_t rows, const float* k, int64_t nb,
+                              float* st, int64_t s_stride, BlockPrefetch* pf) {
+    if (rows == 2) {
+      RowScoresRows<2, kDot, F32Rows>(tile.q_rows, k, op.dim, op.k_st, nb,
+                                      op.finish, nullptr, st, s_stride, pf);
+    } else {
+      RowScoresRows<4, kDot, F32Rows>(tile.q_rows, k, op.dim, op.k_st, nb,
+                                      op.finish, nullptr, st, s_stride, pf);
+    }
+  }
+
+  // Joint rows' scores for keys [lo, lo + nb) of f32 rows k (k_st apart)
+  // into tile.s_row (a row every s_stride floats), then their
+  // probabilities; alpha[r] the rescale factors.
+  static void JointScores(const Problem& p, const Operands& op,
+                          const Tile& tile, int64_t rows, const float* k,
+                          int64_t lo, int64_t nb, int64_t s_stride,
+                          BlockPrefetch* pf, float* alpha) {
+    JointScoresOnly(op, tile, rows, k, nb, tile.s_row, s_stride, pf);
+    for (int64_t r = 0; r < rows; ++r) {
+      alpha[r] =
+          RowProbabilities(p, tile, r, lo, nb, tile.s_row + r * s_stride);
+    }
+  }
+
+  // Joint rows' output from f32 value rows v (v_st apart), probabilities
+  // at pr (a row every s_stride floats).
+  static void JointOutput(const Problem& p, const Operands& op,
+                          const Tile& tile, int64_t rows, const float* pr,
+                          const float* v, int64_t nb, int64_t s_stride,
+                          const float* alpha) {
+    if (rows == 2) {
+      RowOutputRows<2>(pr, s_stride, v, p.value_dim, op.v_st, nb, alpha,
+                       tile.o_rows);
+    } else {
+      RowOutputRows<4>(pr, s_stride, v, p.value_dim, op.v_st, nb, alpha,
+                       tile.o_rows);
+    }
+  }
+
   // All rows (at most kRowPathMaxRows) of one (batch, kv head), keys
   // [task.key_begin, task.key_end) of them (one flash-decoding split). Keys
   // are walked in blocks; each block of K and V is read from memory once and
@@ -1324,6 +1551,8 @@ struct Flash {
     const bool fused_v = op.convert_v && rows == 1;
     const bool fused_k =
         fused_v && op.convert_k && (op.kind == kDot || op.kind == kDotScaled);
+    const bool joint = JointRows(op, tile, rows);
+    const int64_t s_floats = static_cast<int64_t>(RowScoreFloats(O::Lanes()));
     for (int64_t j0 = start; j0 < stop; j0 += kBlockKeys) {
       // The first row's scores prefetch this block's V and the next K.
       const int64_t nb_all = j0 + kBlockKeys < stop ? kBlockKeys : stop - j0;
@@ -1337,6 +1566,19 @@ struct Flash {
       const float* k =
           fused_k ? nullptr : KeyBlock(op, j0, nb_all, tile.kblk);
       const float* v = nullptr;
+      if (joint) {  // every row sees the same keys
+        const int64_t lo = tile.lo[0] > j0 ? tile.lo[0] : j0;
+        int64_t hi = j0 + nb_all < tile.hi[0] ? j0 + nb_all : tile.hi[0];
+        hi = hi < task.key_end ? hi : task.key_end;
+        if (hi <= lo) continue;
+        float alpha[kRowPathMaxRows];
+        JointScores(p, op, tile, rows, k + (lo - j0) * ks, lo, hi - lo,
+                    s_floats, &pf, alpha);
+        v = ValueBlock(op, dv, j0, nb_all, tile.vblk);
+        JointOutput(p, op, tile, rows, tile.s_row, v + (lo - j0) * vs,
+                    hi - lo, s_floats, alpha);
+        continue;
+      }
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t lo = tile.lo[r] > j0 ? tile.lo[r] : j0;
         int64_t hi = j0 + nb_all < tile.hi[r] ? j0 + nb_all : tile.hi[r];
@@ -1389,6 +1631,9 @@ struct Flash {
       span = SetUpRowPath(p, ops[g], task.b, task.kvh + g, rows, tiles[g]);
     }
     const bool fused = p.kv_dtype != QKV_DTYPE_F32;  // one row, dot scores
+    // Every head's rows see the same keys or none does (RowKeys).
+    const bool joint = !fused && JointRows(ops[0], tiles[0], rows);
+    static constexpr float kOnes[kRowPathMaxRows] = {1.0f, 1.0f, 1.0f, 1.0f};
     const int64_t start =
         span.begin > task.key_begin ? span.begin : task.key_begin;
     const int64_t stop = span.end < task.key_end ? span.end : task.key_end;
@@ -1406,6 +1651,15 @@ struct Flash {
         for (int64_t g = 0; g < heads; ++g) {
           const Operands& op = ops[g];
           const Tile& tile = tiles[g];
+          if (joint) {  // the rows see the same keys
+            int64_t lo, hi;
+            keys_of(tile, 0, j0, j1, &lo, &hi);
+            const int64_t a = lo > s0 ? lo : s0, e = hi < s1 ? hi : s1;
+            if (e <= a) continue;
+            JointScoresOnly(op, tile, rows, op.k + a * op.k_st, e - a,
+                            tile.s_row + (a - lo), s_floats, nullptr);
+            continue;
+          }
           for (int64_t r = 0; r < rows; ++r) {
             int64_t lo, hi;
             keys_of(tile, r, j0, j1, &lo, &hi);
@@ -1437,6 +1691,16 @@ struct Flash {
         for (int64_t g = 0; g < heads; ++g) {
           const Operands& op = ops[g];
           const Tile& tile = tiles[g];
+          if (joint) {
+            int64_t lo, hi;
+            keys_of(tile, 0, j0, j1, &lo, &hi);
+            const int64_t a = lo > s0 ? lo : s0, e = hi < s1 ? hi : s1;
+            if (e <= a) continue;
+            JointOutput(p, op, tile, rows, tile.s_row + (a - lo),
+                        op.v + a * op.v_st, e - a, s_floats,
+                        a == lo ? alphas + g * kRowPathMaxRows : kOnes);
+            continue;
+          }
           for (int64_t r = 0; r < rows; ++r) {
             int64_t lo, hi;
             keys_of(tile, r, j0, j1, &lo, &hi);
