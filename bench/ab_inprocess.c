@@ -8,9 +8,11 @@
  *
  *   qkv_ab_inprocess LIB_A LIB_B [SECONDS_PER_CASE] [FILTER]
  *
- * Cases: the benchmark suite's S1-S4, S1_gqa8_decode, S1_gqa4_decode (32
- * query heads over 8 kv heads), S1 from a token-major
- * cache (32 kv heads, and 8 with 4 query heads each), its kv_len and
+ * Cases: the benchmark suite's S1-S4, S1_gqa8_decode, gqa4_decode_16k (32
+ * query heads over 8 kv heads, 16384 keys: 128 MiB of K and V, as S1;
+ * gqa4_decode_512, 4 MiB, from cache), S1
+ * from a token-major cache (32 kv heads, and 8 with 4 query heads each),
+ * its kv_len and
  * head_dim sweeps (bench/bench_attention.cc), one worker, on every
  * backend whose name contains FILTER (default: every SIMD backend of
  * library B). Prints one line per case: median A and B time in us, B/A
@@ -132,7 +134,8 @@ int main(int argc, char **argv) {
   int n = 0;
   shapes[n++] = (shape){"S1_decode", 32, 1, 4096, 128, 0, 0, 0};
   shapes[n++] = (shape){"S1_gqa8_decode", 64, 1, 4096, 128, 0, 8, 0};
-  shapes[n++] = (shape){"S1_gqa4_decode", 32, 1, 4096, 128, 0, 8, 0};
+  shapes[n++] = (shape){"gqa4_decode_16k", 32, 1, 16384, 128, 0, 8, 0};
+  shapes[n++] = (shape){"gqa4_decode_512", 32, 1, 512, 128, 0, 8, 0};
   shapes[n++] = (shape){"S1_token_major", 32, 1, 4096, 128, 0, 0, 1};
   shapes[n++] = (shape){"S1_gqa4_token_m", 32, 1, 4096, 128, 0, 8, 1};
   shapes[n++] = (shape){"S2_prefill", 8, 1024, 1024, 64, 1, 0, 0};
