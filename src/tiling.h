@@ -282,7 +282,8 @@ struct TileTask {
   bool row_path;
   int64_t split;                // key split (0 without splitting)
   int64_t key_begin, key_end;   // the keys this task scores
-  int64_t heads;                // kv heads [kvh, kvh + heads) (InterleavesHeads)
+  int64_t heads;                // kv heads [kvh, kvh + heads): 1, or more
+                                // when InterleavesHeads
 };
 
 inline TileTask TileTaskAt(const Problem& p, size_t task, size_t tile_rows) {
@@ -593,126 +594,85 @@ inline size_t RowScoreFloats(size_t lanes) {
   return static_cast<size_t>(kBlockKeys) + lanes;
 }
 
+// Carves a worker's workspace: each call takes the next 64-byte aligned
+// region (NULL when only counting bytes).
+class WorkspaceCarver {
+ public:
+  explicit WorkspaceCarver(unsigned char* base) : base_(base), offset_(0) {}
+  template <class T>
+  T* Take(size_t count) {
+    unsigned char* at = base_ != nullptr ? base_ + offset_ : nullptr;
+    offset_ += AlignUp(count * sizeof(T));
+    return reinterpret_cast<T*>(at);
+  }
+  size_t bytes() const { return offset_; }
+
+ private:
+  unsigned char* base_;
+  size_t offset_;
+};
+
+// The per-row arrays of R rows every path keeps, and the row path's
+// queries, outputs and scores of `rows` rows.
+inline void TakeRowState(WorkspaceCarver* w, size_t R, size_t rows,
+                         size_t lanes, size_t dim, size_t dv, Tile* t) {
+  t->m = w->Take<float>(R);
+  t->sum = w->Take<float>(R);
+  t->tail = w->Take<float>(lanes);
+  t->lo = w->Take<int32_t>(R);
+  t->hi = w->Take<int32_t>(R);
+  t->row = w->Take<int64_t>(R);
+  t->bias = w->Take<const float*>(R);
+  t->q = w->Take<const float*>(R);
+  t->out = w->Take<float*>(R);
+  t->pos = w->Take<int64_t>(R);
+  t->neg_slope = w->Take<float>(R);
+  t->sink = w->Take<float>(R);
+  t->q_rows = w->Take<float>(rows * dim);
+  t->o_rows = w->Take<float>(rows * dv);
+  t->s_row = w->Take<float>(rows * RowScoreFloats(lanes));
+}
+
 // Bytes of one worker's workspace; with base non-NULL also fills *tile.
 inline size_t LayoutTile(const Problem& p, size_t lanes, unsigned char* base,
                          Tile* tile) {
   const size_t r = 2 * lanes;
   const size_t dim = static_cast<size_t>(ScoreDim(p));
   const size_t dv = static_cast<size_t>(p.value_dim);
-  size_t offset = 0;
-  auto take = [&](size_t bytes) {
-    unsigned char* at = base ? base + offset : nullptr;
-    offset += AlignUp(bytes);
-    return at;
-  };
-  unsigned char* qt = take(dim * r * 4);
-  unsigned char* st = take(static_cast<size_t>(kBlockKeys) * r * 4);
-  unsigned char* ot = take(dv * r * 4);
-  unsigned char* m = take(r * 4);
-  unsigned char* inv_l = take(r * 4);
-  unsigned char* sum = take(r * 4);
-  unsigned char* tail = take(lanes * 4);
-  unsigned char* lo = take(r * 4);
-  unsigned char* hi = take(r * 4);
-  unsigned char* rel_lo = take(r * 4);
-  unsigned char* rel_hi = take(r * 4);
-  unsigned char* row = take(r * 8);
-  unsigned char* bias = take(r * sizeof(const float*));
-  unsigned char* q_ptr = take(r * sizeof(const float*));
-  unsigned char* out_ptr = take(r * sizeof(float*));
-  unsigned char* pos = take(r * 8);
-  unsigned char* neg_slope = take(r * 4);
-  unsigned char* rel_pos = take(r * 4);
-  unsigned char* sink = take(r * 4);
-  unsigned char* q_rows = take(kRowPathMaxRows * dim * 4);
-  unsigned char* o_rows = take(kRowPathMaxRows * dv * 4);
-  unsigned char* s_row = take(kRowPathMaxRows * RowScoreFloats(lanes) * 4);
+  WorkspaceCarver w(base);
+  Tile t{};
+  t.qt = w.Take<float>(dim * r);
+  t.st = w.Take<float>(static_cast<size_t>(kBlockKeys) * r);
+  t.ot = w.Take<float>(dv * r);
+  t.inv_l = w.Take<float>(r);
+  t.rel_lo = w.Take<float>(r);
+  t.rel_hi = w.Take<float>(r);
+  t.rel_pos = w.Take<float>(r);
+  TakeRowState(&w, r, static_cast<size_t>(kRowPathMaxRows), lanes, dim, dv,
+               &t);
   const bool convert = p.kv_dtype != QKV_DTYPE_F32;
   const bool convert_k = convert && p.score != QKV_SCORE_ADDITIVE;
-  unsigned char* kblk =
-      convert_k ? take(static_cast<size_t>(kBlockKeys) * dim * 4) : nullptr;
-  unsigned char* vblk =
-      convert ? take(static_cast<size_t>(kBlockKeys) * dv * 4) : nullptr;
-  if (tile != nullptr) {
-    tile->kblk = reinterpret_cast<float*>(kblk);
-    tile->vblk = reinterpret_cast<float*>(vblk);
-    tile->qt = reinterpret_cast<float*>(qt);
-    tile->st = reinterpret_cast<float*>(st);
-    tile->ot = reinterpret_cast<float*>(ot);
-    tile->m = reinterpret_cast<float*>(m);
-    tile->inv_l = reinterpret_cast<float*>(inv_l);
-    tile->sum = reinterpret_cast<float*>(sum);
-    tile->tail = reinterpret_cast<float*>(tail);
-    tile->lo = reinterpret_cast<int32_t*>(lo);
-    tile->hi = reinterpret_cast<int32_t*>(hi);
-    tile->rel_lo = reinterpret_cast<float*>(rel_lo);
-    tile->rel_hi = reinterpret_cast<float*>(rel_hi);
-    tile->row = reinterpret_cast<int64_t*>(row);
-    tile->bias = reinterpret_cast<const float**>(bias);
-    tile->q = reinterpret_cast<const float**>(q_ptr);
-    tile->out = reinterpret_cast<float**>(out_ptr);
-    tile->pos = reinterpret_cast<int64_t*>(pos);
-    tile->neg_slope = reinterpret_cast<float*>(neg_slope);
-    tile->rel_pos = reinterpret_cast<float*>(rel_pos);
-    tile->sink = reinterpret_cast<float*>(sink);
-    tile->q_rows = reinterpret_cast<float*>(q_rows);
-    tile->o_rows = reinterpret_cast<float*>(o_rows);
-    tile->s_row = reinterpret_cast<float*>(s_row);
-  }
-  return offset;
+  if (convert_k) t.kblk = w.Take<float>(static_cast<size_t>(kBlockKeys) * dim);
+  if (convert) t.vblk = w.Take<float>(static_cast<size_t>(kBlockKeys) * dv);
+  if (tile != nullptr) *tile = t;
+  return w.bytes();
 }
 
 // One kv head's row-path state in an interleaved task (RunRowsHeads):
 // what RunRows keeps in its Tile, for the group's rows (at most
-// kRowPathMaxRows; 2.1 KiB a head for one row of d 128), with a
-// score row per row (the group's heads keep a block's scores while the
-// other heads are scored). The tile path's arrays are NULL. Bytes; with base
-// non-NULL also fills *tile.
+// kRowPathMaxRows; 2.1 KiB a head for one row of d 128), with a score row
+// per row (the group's heads keep a block's scores while the other heads
+// are scored). The tile path's arrays are NULL. Bytes; with base non-NULL
+// also fills *tile.
 inline size_t LayoutRowTile(const Problem& p, size_t lanes,
                             unsigned char* base, Tile* tile) {
-  const size_t r = static_cast<size_t>(p.group * p.q_len);  // row path: <= 4
-  const size_t dim = static_cast<size_t>(ScoreDim(p));
-  const size_t dv = static_cast<size_t>(p.value_dim);
-  size_t offset = 0;
-  auto take = [&](size_t bytes) {
-    unsigned char* at = base ? base + offset : nullptr;
-    offset += AlignUp(bytes);
-    return at;
-  };
-  unsigned char* m = take(r * 4);
-  unsigned char* sum = take(r * 4);
-  unsigned char* tail = take(lanes * 4);
-  unsigned char* lo = take(r * 4);
-  unsigned char* hi = take(r * 4);
-  unsigned char* row = take(r * 8);
-  unsigned char* bias = take(r * sizeof(const float*));
-  unsigned char* q_ptr = take(r * sizeof(const float*));
-  unsigned char* out_ptr = take(r * sizeof(float*));
-  unsigned char* pos = take(r * 8);
-  unsigned char* neg_slope = take(r * 4);
-  unsigned char* sink = take(r * 4);
-  unsigned char* q_rows = take(r * dim * 4);
-  unsigned char* o_rows = take(r * dv * 4);
-  unsigned char* s_row = take(r * RowScoreFloats(lanes) * 4);
-  if (tile != nullptr) {
-    *tile = Tile{};
-    tile->m = reinterpret_cast<float*>(m);
-    tile->sum = reinterpret_cast<float*>(sum);
-    tile->tail = reinterpret_cast<float*>(tail);
-    tile->lo = reinterpret_cast<int32_t*>(lo);
-    tile->hi = reinterpret_cast<int32_t*>(hi);
-    tile->row = reinterpret_cast<int64_t*>(row);
-    tile->bias = reinterpret_cast<const float**>(bias);
-    tile->q = reinterpret_cast<const float**>(q_ptr);
-    tile->out = reinterpret_cast<float**>(out_ptr);
-    tile->pos = reinterpret_cast<int64_t*>(pos);
-    tile->neg_slope = reinterpret_cast<float*>(neg_slope);
-    tile->sink = reinterpret_cast<float*>(sink);
-    tile->q_rows = reinterpret_cast<float*>(q_rows);
-    tile->o_rows = reinterpret_cast<float*>(o_rows);
-    tile->s_row = reinterpret_cast<float*>(s_row);
-  }
-  return offset;
+  const size_t rows = static_cast<size_t>(p.group * p.q_len);  // <= 4
+  WorkspaceCarver w(base);
+  Tile t{};
+  TakeRowState(&w, rows, rows, lanes, static_cast<size_t>(ScoreDim(p)),
+               static_cast<size_t>(p.value_dim), &t);
+  if (tile != nullptr) *tile = t;
+  return w.bytes();
 }
 
 // ---------------------------------------------------------------- rows
@@ -868,6 +828,16 @@ inline RowsSpan SetUpRowPath(const Problem& p, const Operands& op, int64_t b,
   return span;
 }
 
+// a * b rounded to float on its own. Under -ffp-contract=fast the
+// compiler fuses a product into the addition that takes it where the
+// target has FMA, in some inlined copies of a function and not in others:
+// the merge's bits would depend on inlining. Cold code (once per row and
+// split).
+inline float RoundedProduct(float a, float b) {
+  volatile float product = a * b;
+  return product;
+}
+
 // Flash-decoding: stores this split's (max, sum, output) of the task's
 // rows; the split that completes the set merges all of them, in split
 // order, into tile.m, tile.sum and the output o (row r's column c at
@@ -903,9 +873,9 @@ inline bool MergeSplits(const Problem& p, const TileTask& task,
         const float* part = SplitPartial(p, shared, task.b, task.kvh, s) + at;
         if (part[0] == -INFINITY) continue;  // this split saw no key
         const float f = expf(part[0] - m);
-        sum += part[1] * f;
+        sum += RoundedProduct(part[1], f);
         for (int64_t c = 0; c < dv; ++c) {
-          orow[c * col_stride] += part[2 + c] * f;
+          orow[c * col_stride] += RoundedProduct(part[2 + c], f);
         }
       }
     }

@@ -709,6 +709,17 @@ struct Flash {
     int64_t w_lo, w_hi;  // weights[w_lo, w_hi) hold raw scores
   };
 
+  // Row r's indices, running max and sum, and sink, from a tile.
+  static RowState RowStateOf(const Tile& tile, int64_t r) {
+    RowState s;
+    s.row = tile.row[r];
+    s.out = tile.out[r];
+    s.m = tile.m[r];
+    s.l = tile.sum[r];
+    s.sink = tile.sink[r];
+    return s;
+  }
+
   // Writes the row's out, lse and weights (the latter two when asked), by
   // semantics.h's FinishRow: a row that saw no key gets zeros, and -inf or
   // its sink.
@@ -781,12 +792,7 @@ struct Flash {
       }
     }
     for (int64_t r = 0; r < rows; ++r) {
-      RowState s;
-      s.row = tile.row[r];
-      s.out = tile.out[r];
-      s.m = tile.m[r];
-      s.l = tile.sum[r];
-      s.sink = tile.sink[r];
+      RowState s = RowStateOf(tile, r);
       s.o = tile.ot + r;
       s.o_stride = R;
       s.c_begin = c_done;
@@ -1216,9 +1222,12 @@ struct Flash {
       const float* __restrict v, int64_t vs, int64_t nb,
       const float* __restrict alpha, float* __restrict o, int64_t o_stride) {
     const size_t N = O::Lanes();
-#define QKV_DECL(r, u) \
-  V o##r##_##u = O::Zero(); \
-  if (r < R && u < U) o##r##_##u = O::Mul(O::LoadU(o + r * o_stride + u * N), O::Set(alpha[r]));
+#define QKV_DECL(r, u)                                              \
+  V o##r##_##u = O::Zero();                                         \
+  if (r < R && u < U) {                                             \
+    o##r##_##u =                                                    \
+        O::Mul(O::LoadU(o + r * o_stride + u * N), O::Set(alpha[r])); \
+  }
     QKV_ROWS4_KEYS8(QKV_DECL)
 #undef QKV_DECL
     const float* __restrict p0 = pr;
@@ -1230,25 +1239,16 @@ struct Flash {
       const float x0 = p0[j], x1 = p1[j], x2 = p2[j], x3 = p3[j];
       const V b0 = O::Set(x0), b1 = O::Set(x1), b2 = O::Set(x2),
               b3 = O::Set(x3);
-      if (!kGuard) {
-#define QKV_FMA(r, u) if (r < R) o##r##_##u = O::MulAdd(b##r, c, o##r##_##u);
-#define QKV_COL(u)                       \
-  if (u < U) {                           \
-    const V c = O::LoadU(vj + u * N);    \
-    QKV_ROWS4(QKV_FMA, u)                \
+      // kGuard: some probability of the block is 0 (underflow, or a bias
+      // of -inf for one row), and that row skips the key.
+#define QKV_FMA(r, u)                                  \
+  if (r < R && (!kGuard || x##r != 0.0f)) {            \
+    o##r##_##u = O::MulAdd(b##r, c, o##r##_##u);       \
   }
-        QKV_UNROLL8(QKV_COL)
-#undef QKV_COL
-#undef QKV_FMA
-        continue;
-      }
-      // Some probability of the block is 0 (underflow): per row.
-#define QKV_FMA(r, u) \
-  if (r < R && x##r != 0.0f) o##r##_##u = O::MulAdd(b##r, c, o##r##_##u);
-#define QKV_COL(u)                       \
-  if (u < U) {                           \
-    const V c = O::LoadU(vj + u * N);    \
-    QKV_ROWS4(QKV_FMA, u)                \
+#define QKV_COL(u)                    \
+  if (u < U) {                        \
+    const V c = O::LoadU(vj + u * N); \
+    QKV_ROWS4(QKV_FMA, u)             \
   }
       QKV_UNROLL8(QKV_COL)
 #undef QKV_COL
@@ -1460,12 +1460,7 @@ struct Flash {
       return;
     }
     for (int64_t r = 0; r < task.rows; ++r) {
-      RowState s;
-      s.row = tile.row[r];
-      s.out = tile.out[r];
-      s.m = tile.m[r];
-      s.l = tile.sum[r];
-      s.sink = tile.sink[r];
+      RowState s = RowStateOf(tile, r);
       s.o = tile.o_rows + r * dv;
       s.o_stride = 1;
       s.c_begin = 0;
@@ -1479,7 +1474,8 @@ struct Flash {
   // 2 or 4 rows (a decoding step at GQA 2 or 4) that see the same keys, dot
   // scores. Other groups take their rows one at a time.
   static bool JointRows(const Operands& op, const Tile& tile, int64_t rows) {
-    if ((rows != 2 && rows != 4) || (op.kind != kDot && op.kind != kDotScaled)) {
+    if ((rows != 2 && rows != 4) ||
+        (op.kind != kDot && op.kind != kDotScaled)) {
       return false;
     }
     for (int64_t r = 1; r < rows; ++r) {
@@ -1648,38 +1644,58 @@ struct Flash {
       int64_t h = j1 < tile.hi[r] ? j1 : tile.hi[r];
       *hi = h < task.key_end ? h : task.key_end;
     };
-    for (int64_t j0 = start; j0 < stop; j0 += kBlockKeys) {
-      const int64_t j1 = j0 + kBlockKeys < stop ? j0 + kBlockKeys : stop;
+    // Its keys [a, e) in the step [s0, s1); false when there are none.
+    auto piece = [&](const Tile& tile, int64_t r, int64_t j0, int64_t j1,
+                     int64_t s0, int64_t s1, int64_t* lo, int64_t* a,
+                     int64_t* e) {
+      int64_t hi;
+      keys_of(tile, r, j0, j1, lo, &hi);
+      *a = *lo > s0 ? *lo : s0;
+      *e = hi < s1 ? hi : s1;
+      return *e > *a;
+    };
+    // f(op, tile, r, lo, a, e) for keys [a, e) of row r (-1: the joint
+    // rows) in steps of kInterleaveKeys keys of block [j0, j1), every
+    // head of the group in turn, step by step; lo: the row's first key of
+    // the block (its scores at s_row + r * s_floats + (a - lo)).
+    auto each_piece = [&](int64_t j0, int64_t j1, auto&& f) {
       for (int64_t s0 = j0; s0 < j1; s0 += kInterleaveKeys) {
-        const int64_t s1 = s0 + kInterleaveKeys < j1 ? s0 + kInterleaveKeys : j1;
+        const int64_t s1 =
+            s0 + kInterleaveKeys < j1 ? s0 + kInterleaveKeys : j1;
         for (int64_t g = 0; g < heads; ++g) {
-          const Operands& op = ops[g];
-          const Tile& tile = tiles[g];
+          int64_t lo, a, e;
           if (joint) {  // the rows see the same keys
-            int64_t lo, hi;
-            keys_of(tile, 0, j0, j1, &lo, &hi);
-            const int64_t a = lo > s0 ? lo : s0, e = hi < s1 ? hi : s1;
-            if (e <= a) continue;
-            JointScoresOnly(op, tile, rows, op.k + a * op.k_st, e - a,
-                            tile.s_row + (a - lo), s_floats, nullptr);
+            if (piece(tiles[g], 0, j0, j1, s0, s1, &lo, &a, &e)) {
+              f(ops[g], tiles[g], g, int64_t{-1}, lo, a, e);
+            }
             continue;
           }
           for (int64_t r = 0; r < rows; ++r) {
-            int64_t lo, hi;
-            keys_of(tile, r, j0, j1, &lo, &hi);
-            const int64_t a = lo > s0 ? lo : s0, e = hi < s1 ? hi : s1;
-            if (e <= a) continue;
-            float* st = tile.s_row + r * s_floats + (a - lo);
-            if (fused) {
-              RowDotScoresLowPrecision(tile.q_rows + r * d, op.ksrc, a, d,
-                                       e - a, op.finish, st, nullptr);
-            } else {
-              RowScoresFor(p, op, tile.q_rows + r * d, op.k + a * op.k_st,
-                           e - a, st, nullptr);
+            if (piece(tiles[g], r, j0, j1, s0, s1, &lo, &a, &e)) {
+              f(ops[g], tiles[g], g, r, lo, a, e);
             }
           }
         }
       }
+    };
+    for (int64_t j0 = start; j0 < stop; j0 += kBlockKeys) {
+      const int64_t j1 = j0 + kBlockKeys < stop ? j0 + kBlockKeys : stop;
+      each_piece(j0, j1, [&](const Operands& op, const Tile& tile, int64_t,
+                             int64_t r, int64_t lo, int64_t a, int64_t e) {
+        if (r < 0) {
+          JointScoresOnly(op, tile, rows, op.k + a * op.k_st, e - a,
+                          tile.s_row + (a - lo), s_floats, nullptr);
+          return;
+        }
+        float* st = tile.s_row + r * s_floats + (a - lo);
+        if (fused) {
+          RowDotScoresLowPrecision(tile.q_rows + r * d, op.ksrc, a, d, e - a,
+                                   op.finish, st, nullptr);
+        } else {
+          RowScoresFor(p, op, tile.q_rows + r * d, op.k + a * op.k_st, e - a,
+                       st, nullptr);
+        }
+      });
       for (int64_t g = 0; g < heads; ++g) {
         const Tile& tile = tiles[g];
         for (int64_t r = 0; r < rows; ++r) {
@@ -1690,38 +1706,27 @@ struct Flash {
               p, tile, r, lo, hi - lo, tile.s_row + r * s_floats);
         }
       }
-      for (int64_t s0 = j0; s0 < j1; s0 += kInterleaveKeys) {
-        const int64_t s1 = s0 + kInterleaveKeys < j1 ? s0 + kInterleaveKeys : j1;
-        for (int64_t g = 0; g < heads; ++g) {
-          const Operands& op = ops[g];
-          const Tile& tile = tiles[g];
-          if (joint) {
-            int64_t lo, hi;
-            keys_of(tile, 0, j0, j1, &lo, &hi);
-            const int64_t a = lo > s0 ? lo : s0, e = hi < s1 ? hi : s1;
-            if (e <= a) continue;
-            JointOutput(p, op, tile, rows, tile.s_row + (a - lo),
-                        op.v + a * op.v_st, e - a, s_floats,
-                        a == lo ? alphas + g * kRowPathMaxRows : kOnes);
-            continue;
-          }
-          for (int64_t r = 0; r < rows; ++r) {
-            int64_t lo, hi;
-            keys_of(tile, r, j0, j1, &lo, &hi);
-            const int64_t a = lo > s0 ? lo : s0, e = hi < s1 ? hi : s1;
-            if (e <= a) continue;
-            const float alpha = a == lo ? alphas[g * kRowPathMaxRows + r] : 1.0f;
-            float* pr = tile.s_row + r * s_floats + (a - lo);
-            if (fused) {
-              RowOutputLowPrecision(pr, op.vsrc, a, dv, e - a, alpha,
-                                    tile.o_rows + r * dv);
-            } else {
-              RowOutput(pr, op.v + a * op.v_st, dv, op.v_st, e - a, alpha,
-                        tile.o_rows + r * dv);
-            }
-          }
+      each_piece(j0, j1, [&](const Operands& op, const Tile& tile, int64_t g,
+                             int64_t r, int64_t lo, int64_t a, int64_t e) {
+        // The output's first piece of a block rescales by alpha, the
+        // others by 1 (exact).
+        const float* alpha_g = alphas + g * kRowPathMaxRows;
+        if (r < 0) {
+          JointOutput(p, op, tile, rows, tile.s_row + (a - lo),
+                      op.v + a * op.v_st, e - a, s_floats,
+                      a == lo ? alpha_g : kOnes);
+          return;
         }
-      }
+        const float alpha = a == lo ? alpha_g[r] : 1.0f;
+        float* pr = tile.s_row + r * s_floats + (a - lo);
+        if (fused) {
+          RowOutputLowPrecision(pr, op.vsrc, a, dv, e - a, alpha,
+                                tile.o_rows + r * dv);
+        } else {
+          RowOutput(pr, op.v + a * op.v_st, dv, op.v_st, e - a, alpha,
+                    tile.o_rows + r * dv);
+        }
+      });
     }
     for (int64_t g = 0; g < heads; ++g) {
       TileTask one = task;
