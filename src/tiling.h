@@ -828,24 +828,22 @@ inline RowsSpan SetUpRowPath(const Problem& p, const Operands& op, int64_t b,
   return span;
 }
 
-// a * b rounded to float on its own. Under -ffp-contract=fast the
-// compiler fuses a product into the addition that takes it where the
-// target has FMA, in some inlined copies of a function and not in others:
-// the merge's bits would depend on inlining. Cold code (once per row and
-// split).
-inline float RoundedProduct(float a, float b) {
-  volatile float product = a * b;
-  return product;
-}
-
 // Flash-decoding: stores this split's (max, sum, output) of the task's
 // rows; the split that completes the set merges all of them, in split
 // order, into tile.m, tile.sum and the output o (row r's column c at
 // o[r * row_stride + c * col_stride]: o_rows on the row path, the
 // transposed ot on the tile path) and returns true. Others return false.
-inline bool MergeSplits(const Problem& p, const TileTask& task,
-                        const unsigned char* shared, const Tile& tile,
-                        float* o, int64_t row_stride, int64_t col_stride) {
+// Never inlined: under -ffp-contract=fast the compiler fuses the merge's
+// products into their additions where the caller's target has FMA, in
+// some inlined copies and not in others, which made the merge's bits
+// depend on inlining; one out-of-line copy per object does the same
+// arithmetic for every caller.
+__attribute__((noinline)) inline bool MergeSplits(const Problem& p,
+                                                  const TileTask& task,
+                                                  const unsigned char* shared,
+                                                  const Tile& tile, float* o,
+                                                  int64_t row_stride,
+                                                  int64_t col_stride) {
   const int64_t dv = p.value_dim, stride = dv + 2;
   float* mine = SplitPartial(p, shared, task.b, task.kvh, task.split) +
                 task.r0 * stride;
@@ -873,9 +871,9 @@ inline bool MergeSplits(const Problem& p, const TileTask& task,
         const float* part = SplitPartial(p, shared, task.b, task.kvh, s) + at;
         if (part[0] == -INFINITY) continue;  // this split saw no key
         const float f = expf(part[0] - m);
-        sum += RoundedProduct(part[1], f);
+        sum += part[1] * f;
         for (int64_t c = 0; c < dv; ++c) {
-          orow[c * col_stride] += RoundedProduct(part[2 + c], f);
+          orow[c * col_stride] += part[2 + c] * f;
         }
       }
     }

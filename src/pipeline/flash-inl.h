@@ -1058,9 +1058,9 @@ struct Flash {
   }
 
   // Keys per score step of R rows on the row path (R x U accumulators):
-  // 4, or 2 for 3 and 4 rows on 16-register targets. One row takes 4 keys
-  // (8 measured 1.23-1.30x slower on S1 decoding from DRAM: the prefetch
-  // steps then leave two at a time).
+  // 4, or 2 for 3 and 4 rows on 16-register targets. (One row, RowScores,
+  // takes 4 keys: 8 measured 1.23-1.30x slower on S1 decoding from DRAM,
+  // the prefetch steps then leaving two at a time.)
   template <int R>
   static constexpr int RowUnroll() {
     return O::kUnroll >= 8 || R <= 2 ? 4 : 2;
@@ -1166,14 +1166,53 @@ struct Flash {
     }
   }
 
-  // One row's scores (Prepare's projections and the fused path use it).
   template <int kKind, class E = F32Rows>
-  static void RowScores(const float* __restrict q,
-                        const typename E::T* __restrict k, int64_t d,
-                        int64_t ks, int64_t nb, float finish,
-                        const float* __restrict w_v, float* __restrict st,
-                        BlockPrefetch* pf = nullptr) {
-    RowScoresRows<1, kKind, E>(q, k, d, ks, nb, finish, w_v, st, 0, pf);
+  __attribute__((noinline)) static void RowScores(
+      const float* __restrict q, const typename E::T* __restrict k, int64_t d,
+      int64_t ks, int64_t nb, float finish, const float* __restrict w_v,
+      float* __restrict st, BlockPrefetch* pf = nullptr) {
+    using T = typename E::T;
+    const int64_t N = static_cast<int64_t>(O::Lanes());
+    const int64_t d_full = d - d % N;
+    int64_t j = 0;
+    if (d_full == 0) {  // vectors shorter than one SIMD vector: plain loops
+      for (; j < nb; ++j) {
+        st[j] = RowTail<kKind, E>(q, k + j * ks, w_v, 0, d) * finish;
+      }
+      return;
+    }
+    for (; j + 4 <= nb; j += 4) {
+      if (pf != nullptr) {
+        pf->v.Step();
+        pf->k.Step();
+      }
+      const T* k0 = k + j * ks;
+      const T* k1 = k0 + ks;
+      const T* k2 = k1 + ks;
+      const T* k3 = k2 + ks;
+      V a0 = O::Zero(), a1 = O::Zero(), a2 = O::Zero(), a3 = O::Zero();
+      for (int64_t t = 0; t < d_full; t += N) {
+        const V qv = O::LoadU(q + t);
+        const V wv = kKind == kAdditive ? O::LoadU(w_v + t) : O::Zero();
+        a0 = ScoreTerm<kKind>(qv, E::Load(k0 + t), wv, a0);
+        a1 = ScoreTerm<kKind>(qv, E::Load(k1 + t), wv, a1);
+        a2 = ScoreTerm<kKind>(qv, E::Load(k2 + t), wv, a2);
+        a3 = ScoreTerm<kKind>(qv, E::Load(k3 + t), wv, a3);
+      }
+      st[j + 0] = Finished<kKind, E>(a0, q, k0, w_v, d_full, d, finish);
+      st[j + 1] = Finished<kKind, E>(a1, q, k1, w_v, d_full, d, finish);
+      st[j + 2] = Finished<kKind, E>(a2, q, k2, w_v, d_full, d, finish);
+      st[j + 3] = Finished<kKind, E>(a3, q, k3, w_v, d_full, d, finish);
+    }
+    for (; j < nb; ++j) {
+      const T* k0 = k + j * ks;
+      V a0 = O::Zero();
+      for (int64_t t = 0; t < d_full; t += N) {
+        const V wv = kKind == kAdditive ? O::LoadU(w_v + t) : O::Zero();
+        a0 = ScoreTerm<kKind>(O::LoadU(q + t), E::Load(k0 + t), wv, a0);
+      }
+      st[j] = Finished<kKind, E>(a0, q, k0, w_v, d_full, d, finish);
+    }
   }
 
   // Online softmax of one row's block: st[0, nb) becomes probabilities
@@ -1501,7 +1540,8 @@ struct Flash {
   // Joint rows' scores for keys [lo, lo + nb) of f32 rows k (k_st apart)
   // into tile.s_row (a row every s_stride floats), then their
   // probabilities; alpha[r] the rescale factors.
-  static void JointScores(const Problem& p, const Operands& op,
+  __attribute__((noinline)) static void JointScores(
+      const Problem& p, const Operands& op,
                           const Tile& tile, int64_t rows, const float* k,
                           int64_t lo, int64_t nb, int64_t s_stride,
                           BlockPrefetch* pf, float* alpha) {
@@ -1514,7 +1554,8 @@ struct Flash {
 
   // Joint rows' output from f32 value rows v (v_st apart), probabilities
   // at pr (a row every s_stride floats).
-  static void JointOutput(const Problem& p, const Operands& op,
+  __attribute__((noinline)) static void JointOutput(
+      const Problem& p, const Operands& op,
                           const Tile& tile, int64_t rows, const float* pr,
                           const float* v, int64_t nb, int64_t s_stride,
                           const float* alpha) {
