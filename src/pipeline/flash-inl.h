@@ -1540,8 +1540,7 @@ struct Flash {
   // Joint rows' scores for keys [lo, lo + nb) of f32 rows k (k_st apart)
   // into tile.s_row (a row every s_stride floats), then their
   // probabilities; alpha[r] the rescale factors.
-  __attribute__((noinline)) static void JointScores(
-      const Problem& p, const Operands& op,
+  static void JointScores(const Problem& p, const Operands& op,
                           const Tile& tile, int64_t rows, const float* k,
                           int64_t lo, int64_t nb, int64_t s_stride,
                           BlockPrefetch* pf, float* alpha) {
@@ -1554,8 +1553,7 @@ struct Flash {
 
   // Joint rows' output from f32 value rows v (v_st apart), probabilities
   // at pr (a row every s_stride floats).
-  __attribute__((noinline)) static void JointOutput(
-      const Problem& p, const Operands& op,
+  static void JointOutput(const Problem& p, const Operands& op,
                           const Tile& tile, int64_t rows, const float* pr,
                           const float* v, int64_t nb, int64_t s_stride,
                           const float* alpha) {
