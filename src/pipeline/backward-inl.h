@@ -276,6 +276,37 @@ struct Backward {
     for (; c < padded; ++c) dst[c] = 0.0f;
   }
 
+  // dst[c * n + j] = src[j * lds + c] for c < cols and j < n, 0 for rows
+  // j >= valid (src rows past it are never read): K^T and V^T of a key
+  // block. Whole square blocks by in-register transposes where the ops have
+  // them (n is a multiple of their width: a key block), the other columns
+  // one by one.
+  static void TransposeInto(const float* src, int64_t lds, int64_t valid,
+                            int64_t n, int64_t cols, float* dst) {
+    int64_t c0 = 0;
+    if constexpr (O::kTransposeLanes != 0) {
+      constexpr int64_t kN = static_cast<int64_t>(O::kTransposeLanes);
+      V blk[kN];
+      for (; n % kN == 0 && c0 + kN <= cols; c0 += kN) {
+        for (int64_t j0 = 0; j0 < n; j0 += kN) {
+          for (int64_t i = 0; i < kN; ++i) {
+            blk[i] = j0 + i < valid ? O::LoadU(src + (j0 + i) * lds + c0)
+                                    : O::Zero();
+          }
+          O::Transpose(blk);
+          for (int64_t i = 0; i < kN; ++i) {
+            O::StoreU(blk[i], dst + (c0 + i) * n + j0);
+          }
+        }
+      }
+    }
+    for (int64_t c = c0; c < cols; ++c) {
+      for (int64_t j = 0; j < n; ++j) {
+        dst[c * n + j] = j < valid ? src[j * lds + c] : 0.0f;
+      }
+    }
+  }
+
   static float Dot(const float* a, const float* b, int64_t n) {
     const int64_t nl = Lanes();
     V acc = O::Zero();
@@ -362,15 +393,8 @@ struct Backward {
             for (int64_t c = 0; c < dp; ++c) dst[c] = 0.0f;
           }
         }
-        for (int64_t c = 0; c < d; ++c) {
-          for (int64_t j = 0; j < bk; ++j) kt[c * bk + j] = kb[j * dp + c];
-        }
-        for (int64_t c = 0; c < dv; ++c) {
-          const float* col = values + j0 * p.v_st + c;
-          for (int64_t j = 0; j < bk; ++j) {
-            vt[c * bk + j] = j < nb ? col[j * p.v_st] : 0.0f;
-          }
-        }
+        TransposeInto(kb, dp, bk, bk, d, kt);
+        TransposeInto(values + j0 * p.v_st, p.v_st, nb, bk, dv, vt);
         for (int64_t t = 0; t < bk * dp; ++t) dkb[t] = 0.0f;
         for (int64_t t = 0; t < bk * dvp; ++t) dvb[t] = 0.0f;
         any = false;

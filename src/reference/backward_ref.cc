@@ -15,6 +15,8 @@ namespace scalar_backward {
 struct ScalarOps {
   using V = float;
   static constexpr int kUnroll = 4;  // tiles of 4 rows by 2 floats
+  static constexpr size_t kTransposeLanes = 0;  // no in-register transposes
+  static void Transpose(V*) {}
   static size_t Lanes() { return 1; }
   static V Zero() { return 0.0f; }
   static V Set(float x) { return x; }
