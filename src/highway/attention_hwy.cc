@@ -1,6 +1,7 @@
 // The Highway engine: the FlashAttention pipeline (src/pipeline/flash-inl.h)
 // over Highway's vector operations (ops_hwy-inl.h), compiled once per SIMD
-// target by foreach_target and picked at run time.
+// target by foreach_target and picked at run time. Its backward pass is
+// backward_hwy.cc.
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "highway/attention_hwy.cc"
@@ -13,7 +14,6 @@
 #define QKV_SIMD_NAMESPACE HWY_NAMESPACE
 #include "highway/ops_hwy-inl.h"
 #include "pipeline/flash-inl.h"
-#include "pipeline/backward-inl.h"
 
 // The target's name as a string literal (this file is compiled once per
 // target, so the macro is redefined each time).
@@ -57,17 +57,6 @@ const Engine* GetEngine() {
 
 const PipelineBlocks* GetBlocks() { return &Flash<Ops>::kBlocks; }
 
-// The backward pass of this target, with the forward's exp.
-struct FlashExp {
-  static HWY_INLINE Ops::V Apply(Ops::V x) {
-    return Flash<Ops>::ExpNonPositive(x);
-  }
-};
-
-const BackwardEngine* GetBackward() {
-  return &Backward<Ops, FlashExp>::kEngine;
-}
-
 // NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace HWY_NAMESPACE
 }  // namespace qkv
@@ -82,16 +71,12 @@ struct Candidate {
   int64_t target;
   const Engine* (*get)();
   const PipelineBlocks* (*blocks)();
-  const BackwardEngine* (*backward)();
 };
 
 // Best first. HWY_CHOOSE_* is nullptr for targets this build did not
 // compile.
 #define QKV_HWY_CANDIDATE(T) \
-  {                                                                       \
-    HWY_##T, HWY_CHOOSE_##T(GetEngine), HWY_CHOOSE_##T(GetBlocks),        \
-        HWY_CHOOSE_##T(GetBackward)                                       \
-  }
+  { HWY_##T, HWY_CHOOSE_##T(GetEngine), HWY_CHOOSE_##T(GetBlocks) }
 const Candidate kCandidates[] = {
     QKV_HWY_CANDIDATE(AVX3_DL),
     QKV_HWY_CANDIDATE(AVX3),
@@ -103,12 +88,10 @@ const Candidate kCandidates[] = {
     QKV_HWY_CANDIDATE(NEON),
     QKV_HWY_CANDIDATE(WASM),
 #if HWY_TARGETS & HWY_EMU128
-    {HWY_EMU128, &N_EMU128::GetEngine, &N_EMU128::GetBlocks,
-     &N_EMU128::GetBackward},
+    {HWY_EMU128, &N_EMU128::GetEngine, &N_EMU128::GetBlocks},
 #endif
 #if HWY_TARGETS & HWY_SCALAR
-    {HWY_SCALAR, &N_SCALAR::GetEngine, &N_SCALAR::GetBlocks,
-     &N_SCALAR::GetBackward},
+    {HWY_SCALAR, &N_SCALAR::GetEngine, &N_SCALAR::GetBlocks},
 #endif
 };
 #undef QKV_HWY_CANDIDATE
@@ -118,13 +101,6 @@ const Candidate kCandidates[] = {
 const PipelineBlocks* HighwayBlocks(const Engine* engine) {
   for (const Candidate& c : kCandidates) {
     if (c.get != nullptr && c.get() == engine) return c.blocks();
-  }
-  return nullptr;
-}
-
-const BackwardEngine* HighwayBackward(const Engine* engine) {
-  for (const Candidate& c : kCandidates) {
-    if (c.get != nullptr && c.get() == engine) return c.backward();
   }
   return nullptr;
 }
