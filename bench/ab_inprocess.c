@@ -6,16 +6,17 @@
  * and the median over the rounds is reported with its quartiles. Which
  * library goes first alternates between rounds.
  *
- *   qkv_ab_inprocess LIB_A LIB_B [SECONDS_PER_CASE] [FILTER]
+ *   qkv_ab_inprocess LIB_A LIB_B [SECONDS_PER_CASE] [FILTER] [SHAPES]
  *
  * Cases: the benchmark suite's S1-S4, S1_gqa8_decode, gqa4_decode_16k (32
  * query heads over 8 kv heads, 16384 keys: 128 MiB of K and V, as S1;
  * gqa4_decode_512, 4 MiB, from cache), S1
  * from a token-major cache (32 kv heads, and 8 with 4 query heads each),
- * its kv_len and
+ * the backward pass on S2 and S3 (S2_backward, S3_backward: d_q, d_k and
+ * d_v from the forward's out and lse), its kv_len and
  * head_dim sweeps (bench/bench_attention.cc), one worker, on every
  * backend whose name contains FILTER (default: every SIMD backend of
- * library B). Prints one line per case: median A and B time in us, B/A
+ * library B), on the cases whose name contains SHAPES (default: all). Prints one line per case: median A and B time in us, B/A
  * median [q1, q3], rounds.
  * Build: bench/CMakeLists.txt (target qkv_ab_inprocess; plain C, -ldl). */
 #define _POSIX_C_SOURCE 200809L
@@ -35,6 +36,11 @@ typedef size_t (*ws_fn)(const qkv_attention_desc *);
 typedef qkv_status (*attn_fn)(const qkv_attention_desc *, const float *,
                               const float *, const float *, float *, float *,
                               float *, void *, size_t);
+typedef size_t (*bws_fn)(const qkv_attention_desc *);
+typedef qkv_status (*bwd_fn)(const qkv_attention_desc *, const float *,
+                             const float *, const float *, const float *,
+                             const float *, const float *, float *, float *,
+                             float *, void *, size_t);
 typedef size_t (*count_fn)(void);
 typedef const char *(*name_fn)(size_t);
 
@@ -43,6 +49,8 @@ typedef struct {
   init_fn init;
   ws_fn ws;
   attn_fn attn;
+  bws_fn bws;
+  bwd_fn bwd;
   count_fn count;
   name_fn name;
 } lib;
@@ -66,6 +74,8 @@ static lib load(const char *path) {
   l.init = (init_fn)sym(l.handle, "qkv_attention_desc_init", path);
   l.ws = (ws_fn)sym(l.handle, "qkv_attention_workspace_size", path);
   l.attn = (attn_fn)sym(l.handle, "qkv_attention_f32", path);
+  l.bws = (bws_fn)sym(l.handle, "qkv_attention_backward_workspace_size", path);
+  l.bwd = (bwd_fn)sym(l.handle, "qkv_attention_backward_f32", path);
   l.count = (count_fn)sym(l.handle, "qkv_backend_count", path);
   l.name = (name_fn)sym(l.handle, "qkv_backend_name", path);
   return l;
@@ -93,7 +103,15 @@ typedef struct {
   int causal;
   int64_t kv_heads; /* 0: heads */
   int token_major;  /* K and V [token][kv_heads][d] */
+  int backward;     /* time qkv_attention_backward_f32 (d_q, d_k, d_v) */
 } shape;
+
+/* The backward call's operands: the forward's out and lse, d_out and the
+ * three gradients. */
+typedef struct {
+  const float *out, *lse, *d_out;
+  float *d_q, *d_k, *d_v;
+} grads;
 
 static float *floats(size_t n, unsigned seed) {
   float *p = aligned_alloc(64, (n * 4 + 63) / 64 * 64);
@@ -107,11 +125,15 @@ static float *floats(size_t n, unsigned seed) {
 /* Fastest of `calls` calls of l on desc, in us. */
 static double best(const lib *l, const qkv_attention_desc *d, const float *q,
                    const float *k, const float *v, float *out, void *ws,
-                   size_t ws_size, int calls) {
+                   size_t ws_size, int calls, const grads *g) {
   double t_best = 1e30;
   for (int c = 0; c < calls; ++c) {
     const double t0 = now_us();
-    if (l->attn(d, q, k, v, out, NULL, NULL, ws, ws_size) != QKV_OK) {
+    const qkv_status st =
+        g != NULL ? l->bwd(d, q, k, v, g->out, g->lse, g->d_out, g->d_q,
+                           g->d_k, g->d_v, ws, ws_size)
+                  : l->attn(d, q, k, v, out, NULL, NULL, ws, ws_size);
+    if (st != QKV_OK) {
       fprintf(stderr, "call failed\n");
       exit(3);
     }
@@ -123,34 +145,38 @@ static double best(const lib *l, const qkv_attention_desc *d, const float *q,
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s LIB_A LIB_B [SECONDS_PER_CASE] [FILTER]\n",
+    fprintf(stderr,
+            "usage: %s LIB_A LIB_B [SECONDS_PER_CASE] [FILTER] [SHAPES]\n",
             argv[0]);
     return 2;
   }
   lib a = load(argv[1]), b = load(argv[2]);
   const double seconds = argc > 3 ? atof(argv[3]) : 2.0;
   const char *filter = argc > 4 ? argv[4] : NULL;
+  const char *shape_filter = argc > 5 ? argv[5] : NULL;
   shape shapes[32];
   int n = 0;
-  shapes[n++] = (shape){"S1_decode", 32, 1, 4096, 128, 0, 0, 0};
-  shapes[n++] = (shape){"S1_gqa8_decode", 64, 1, 4096, 128, 0, 8, 0};
-  shapes[n++] = (shape){"gqa4_decode_16k", 32, 1, 16384, 128, 0, 8, 0};
-  shapes[n++] = (shape){"gqa4_decode_512", 32, 1, 512, 128, 0, 8, 0};
-  shapes[n++] = (shape){"S1_token_major", 32, 1, 4096, 128, 0, 0, 1};
-  shapes[n++] = (shape){"S1_gqa4_token_m", 32, 1, 4096, 128, 0, 8, 1};
-  shapes[n++] = (shape){"S2_prefill", 8, 1024, 1024, 64, 1, 0, 0};
-  shapes[n++] = (shape){"S3_small", 4, 128, 128, 64, 0, 0, 0};
-  shapes[n++] = (shape){"S4_toy", 1, 4, 4, 2, 0, 0, 0};
+  shapes[n++] = (shape){"S1_decode", 32, 1, 4096, 128, 0, 0, 0, 0};
+  shapes[n++] = (shape){"S1_gqa8_decode", 64, 1, 4096, 128, 0, 8, 0, 0};
+  shapes[n++] = (shape){"gqa4_decode_16k", 32, 1, 16384, 128, 0, 8, 0, 0};
+  shapes[n++] = (shape){"gqa4_decode_512", 32, 1, 512, 128, 0, 8, 0, 0};
+  shapes[n++] = (shape){"S1_token_major", 32, 1, 4096, 128, 0, 0, 1, 0};
+  shapes[n++] = (shape){"S1_gqa4_token_m", 32, 1, 4096, 128, 0, 8, 1, 0};
+  shapes[n++] = (shape){"S2_prefill", 8, 1024, 1024, 64, 1, 0, 0, 0};
+  shapes[n++] = (shape){"S3_small", 4, 128, 128, 64, 0, 0, 0, 0};
+  shapes[n++] = (shape){"S4_toy", 1, 4, 4, 2, 0, 0, 0, 0};
+  shapes[n++] = (shape){"S2_backward", 8, 1024, 1024, 64, 1, 0, 0, 1};
+  shapes[n++] = (shape){"S3_backward", 4, 128, 128, 64, 0, 0, 0, 1};
   static char names[16][32];
   int m = 0;
   for (int64_t kv = 128; kv <= 16384; kv *= 2, ++m) {
     snprintf(names[m], sizeof names[m], "sweep_kv%lld", (long long)kv);
-    shapes[n++] = (shape){names[m], 4, 128, kv, 64, 0, 0, 0};
+    shapes[n++] = (shape){names[m], 4, 128, kv, 64, 0, 0, 0, 0};
   }
   const int64_t dims[] = {32, 64, 80, 128, 256};
   for (int i = 0; i < 5; ++i, ++m) {
     snprintf(names[m], sizeof names[m], "sweep_d%lld", (long long)dims[i]);
-    shapes[n++] = (shape){names[m], 4, 512, 512, dims[i], 0, 0, 0};
+    shapes[n++] = (shape){names[m], 4, 512, 512, dims[i], 0, 0, 0, 0};
   }
   printf("%-16s %-16s %12s %12s %8s %17s %7s\n", "shape", "backend", "A us",
          "B us", "B/A", "[q1, q3]", "rounds");
@@ -163,6 +189,9 @@ int main(int argc, char **argv) {
     if (filter != NULL && strstr(backend, filter) == NULL) continue;
     for (int s = 0; s < n; ++s) {
       const shape *sh = &shapes[s];
+      if (shape_filter != NULL && strstr(sh->name, shape_filter) == NULL) {
+        continue;
+      }
       qkv_attention_desc da, db;
       const int64_t kvh = sh->kv_heads ? sh->kv_heads : sh->heads;
       a.init(&da, 1, sh->heads, kvh, sh->q_len, sh->kv_len, sh->d, sh->d);
@@ -179,9 +208,26 @@ int main(int argc, char **argv) {
       float *out = floats(nq, 4);
       size_t wa = a.ws(&da), wb = b.ws(&db);
       size_t wmax = wa > wb ? wa : wb;
+      grads gr, *g = NULL;
+      float *lse = NULL, *d_out = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
+      if (sh->backward) {
+        void *fws = aligned_alloc(64, (wmax + 64) / 64 * 64);
+        lse = floats((size_t)(sh->heads * sh->q_len), 5);
+        if (b.attn(&db, q, k, v, out, NULL, lse, fws, wb) != QKV_OK) {
+          fprintf(stderr, "forward call failed\n");
+          exit(3);
+        }
+        free(fws);
+        d_out = floats(nq, 6);
+        dq = floats(nq, 7), dk = floats(nk, 8), dv = floats(nk, 9);
+        gr = (grads){out, lse, d_out, dq, dk, dv};
+        g = &gr;
+        wa = a.bws(&da), wb = b.bws(&db);
+        wmax = wa > wb ? wa : wb;
+      }
       void *ws = aligned_alloc(64, (wmax + 64) / 64 * 64);
       /* Calls per round: about 2 ms of work per library per round. */
-      double t1 = best(&b, &db, q, k, v, out, ws, wb, 3);
+      double t1 = best(&b, &db, q, k, v, out, ws, wb, 3, g);
       int calls = (int)(2000.0 / (t1 + 1e-3));
       if (calls < 1) calls = 1;
       if (calls > 2000) calls = 2000;
@@ -193,11 +239,11 @@ int main(int argc, char **argv) {
       double *ratio = malloc(sizeof(double) * rounds);
       for (int r = 0; r < rounds; ++r) {
         if (r % 2 == 0) {
-          ra[r] = best(&a, &da, q, k, v, out, ws, wa, calls);
-          rb[r] = best(&b, &db, q, k, v, out, ws, wb, calls);
+          ra[r] = best(&a, &da, q, k, v, out, ws, wa, calls, g);
+          rb[r] = best(&b, &db, q, k, v, out, ws, wb, calls, g);
         } else {
-          rb[r] = best(&b, &db, q, k, v, out, ws, wb, calls);
-          ra[r] = best(&a, &da, q, k, v, out, ws, wa, calls);
+          rb[r] = best(&b, &db, q, k, v, out, ws, wb, calls, g);
+          ra[r] = best(&a, &da, q, k, v, out, ws, wa, calls, g);
         }
         ratio[r] = rb[r] / ra[r];
       }
@@ -210,6 +256,7 @@ int main(int argc, char **argv) {
       fflush(stdout);
       free(ra), free(rb), free(ratio), free(ws);
       free(q), free(k), free(v), free(out);
+      free(lse), free(d_out), free(dq), free(dk), free(dv);
     }
   }
   return 0;
