@@ -24,6 +24,11 @@
 //    (desc.backend = "reference") within the Core bound: 5e-5 * max|v| on
 //    out and 2e-5 on weights (widened only by the propagated f32 rounding of
 //    the scores when scale * |q| * |k| is large; see ScoreErrorBound).
+//  - after a successful call, the backward pass on the same descriptor and
+//    buffers (CheckBackward): pinned statuses, refused calls (NULL lse or
+//    d_out, a short workspace) write nothing, an accepted one writes every
+//    addressed gradient element and no gap, is bitwise identical without the
+//    pool, and is finite from moderate finite inputs.
 // Descriptors whose buffers would exceed kCapFloats (1 MiB) or whose work
 // exceeds kCapWork are still called, with tiny buffers and no workspace, when
 // the library must refuse them before reading the data.
@@ -660,6 +665,185 @@ Outputs RunFresh(const qkv_attention_desc& d, const float* q, const float* k,
 bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() &&
          (a.empty() || memcmp(a.data(), b.data(), a.size() * 4) == 0);
+}
+
+// ---------------------------------------------------------------- backward
+// The backward pass after a successful forward call, on the same descriptor
+// as the caller gave it (struct_size, pool) and the same buffers, with the
+// forward's out and lse and a d_out whose gaps hold the sentinel NaN.
+// Checked: the status (INVALID_ARGUMENT only when a gradient laid out like
+// its operand would alias, and then OK without gradients; else UNSUPPORTED
+// for the ADDITIVE score, OK for the others); a refused call (that, NULL lse,
+// NULL d_out, a workspace one byte short) writes no gradient and never runs
+// the pool; an accepted one writes every addressed gradient element and no
+// gap, changes no input, runs the pool at most once, and gives the bits of
+// the same call without the pool; finite gradients when `finite` (finite
+// inputs whose scores cannot overflow).
+struct Operand {
+  const float* data;
+  size_t n;                           // floats of the operand's buffer
+  const std::vector<uint8_t>* addr;   // addressed elements; empty: all
+};
+
+struct Gradient {
+  std::vector<float> v;
+  float* ptr(bool want) { return want && !v.empty() ? v.data() : nullptr; }
+};
+
+void CheckGradient(const Gradient& g, const Operand& o, const char* name) {
+  for (size_t i = 0; i < g.v.size(); ++i) {
+    const bool sentinel = memcmp(&g.v[i], &kSentinelBits, 4) == 0;
+    if (o.addr->empty() || (*o.addr)[i] != 0) {
+      if (sentinel) {
+        fprintf(stderr, "%s[%zu]\n", name, i);
+        Fail("a gradient element was not written");
+      }
+    } else if (!sentinel) {
+      fprintf(stderr, "%s[%zu]\n", name, i);
+      Fail("a gradient element outside the strides was written");
+    }
+  }
+}
+
+void CheckBackward(const qkv_attention_desc* desc,
+                   const qkv_attention_desc& full, const Operand& q,
+                   const Operand& k, const Operand& v, const Operand& out,
+                   const std::vector<float>& lse, Rng* rng, Pool* pool,
+                   bool finite) {
+  if (Verbose()) fprintf(stderr, "  backward\n");
+  const size_t ws_size = qkv_attention_backward_workspace_size(desc);
+  if (ws_size > kCapWorkspace) return;
+  std::vector<unsigned char> ws(ws_size + 1);
+  void* ws_ptr = ws_size ? ws.data() : nullptr;
+  std::vector<float> d_out(out.n);
+  for (size_t i = 0; i < d_out.size(); ++i) {
+    if (out.addr->empty() || (*out.addr)[i] != 0) {
+      d_out[i] = rng->Uniform(-1.0f, 1.0f);
+    } else {
+      memcpy(&d_out[i], &kSentinelBits, sizeof(float));
+    }
+  }
+  const float* out_ptr = out.n ? out.data : nullptr;
+  const float* lse_ptr = lse.empty() ? nullptr : lse.data();
+  const float* d_out_ptr = d_out.empty() ? nullptr : d_out.data();
+  const uint64_t in_hash = Hash(d_out.data(), d_out.size() * 4,
+                                Hash(lse.data(), lse.size() * 4));
+  Gradient dq, dk, dv;
+  auto fresh = [&]() {
+    dq.v.assign(q.n, 0.0f), dk.v.assign(k.n, 0.0f), dv.v.assign(v.n, 0.0f);
+    FillSentinel(&dq.v), FillSentinel(&dk.v), FillSentinel(&dv.v);
+  };
+  auto nothing_written = [&](const char* what, qkv_status st) {
+    if (Verbose()) fprintf(stderr, "  backward refused (%s): %d\n", what, st);
+    CHECK(AllSentinel(dq.v) && AllSentinel(dk.v) && AllSentinel(dv.v),
+          "a refused backward call wrote a gradient", st);
+    CHECK(pool->calls == 0, "a refused backward call ran the pool", st);
+  };
+  // Bad input first: nothing written.
+  fresh();
+  pool->calls = 0;
+  qkv_status st = qkv_attention_backward_f32(
+      desc, q.data, k.data, v.data, out_ptr, nullptr, d_out_ptr, dq.ptr(true),
+      dk.ptr(true), dv.ptr(true), ws_ptr, ws_size);
+  if (full.score == QKV_SCORE_ADDITIVE) {
+    CHECK(st == QKV_ERR_INVALID_ARGUMENT || st == QKV_ERR_UNSUPPORTED,
+          "backward, ADDITIVE, NULL lse: want INVALID or UNSUPPORTED", st);
+  } else if (!lse.empty()) {  // rows exist
+    CHECK(st == QKV_ERR_INVALID_ARGUMENT, "backward, NULL lse: want INVALID",
+          st);
+  }
+  if (st != QKV_OK) nothing_written("NULL lse", st);
+  fresh();
+  st = qkv_attention_backward_f32(desc, q.data, k.data, v.data, out_ptr,
+                                  lse_ptr, nullptr, dq.ptr(true),
+                                  dk.ptr(true), dv.ptr(true), ws_ptr, ws_size);
+  if (full.score != QKV_SCORE_ADDITIVE && !lse.empty()) {
+    CHECK(st == QKV_ERR_INVALID_ARGUMENT, "backward, NULL d_out: want INVALID",
+          st);
+  }
+  if (st != QKV_OK) nothing_written("NULL d_out", st);
+
+  // The call itself: every gradient, or a subset the input chooses.
+  const unsigned which = 7u & static_cast<unsigned>(rng->Next() >> 20);
+  const bool want_q = (which & 1) != 0 || which == 0;
+  const bool want_k = (which & 2) != 0 || which == 0;
+  const bool want_v = (which & 4) != 0 || which == 0;
+  fresh();
+  st = qkv_attention_backward_f32(desc, q.data, k.data, v.data, out_ptr,
+                                  lse_ptr, d_out_ptr, dq.ptr(want_q),
+                                  dk.ptr(want_k), dv.ptr(want_v), ws_ptr,
+                                  ws_size);
+  if (Verbose()) fprintf(stderr, "  backward status=%d\n", st);
+  const bool additive = full.score == QKV_SCORE_ADDITIVE;
+  if (st == QKV_ERR_INVALID_ARGUMENT) {
+    // Only an aliasing gradient layout (reported before UNSUPPORTED): without
+    // gradients the call is valid, or unsupported (ADDITIVE).
+    nothing_written("INVALID", st);
+    const qkv_status none = qkv_attention_backward_f32(
+        desc, q.data, k.data, v.data, out_ptr, lse_ptr, d_out_ptr, nullptr,
+        nullptr, nullptr, ws_ptr, ws_size);
+    CHECK(none == (additive ? QKV_ERR_UNSUPPORTED : QKV_OK),
+          "backward without gradients: want OK (UNSUPPORTED for ADDITIVE)",
+          none);
+    return;
+  }
+  if (additive) {
+    CHECK(st == QKV_ERR_UNSUPPORTED, "backward, ADDITIVE: want UNSUPPORTED",
+          st);
+    nothing_written("ADDITIVE", st);
+    return;
+  }
+  CHECK(st == QKV_OK, "backward refused a valid call", st);
+  CHECK(pool->calls <= 1, "backward ran parallel_for more than once",
+        pool->calls);
+  CHECK(Hash(d_out.data(), d_out.size() * 4,
+             Hash(lse.data(), lse.size() * 4)) == in_hash,
+        "backward changed lse or d_out");
+  Gradient got_q = dq, got_k = dk, got_v = dv;
+  if (want_q) CheckGradient(dq, q, "d_q");
+  if (want_k) CheckGradient(dk, k, "d_k");
+  if (want_v) CheckGradient(dv, v, "d_v");
+  if (!want_q) CHECK(AllSentinel(dq.v), "d_q written though not asked for");
+  if (!want_k) CHECK(AllSentinel(dk.v), "d_k written though not asked for");
+  if (!want_v) CHECK(AllSentinel(dv.v), "d_v written though not asked for");
+
+  // A workspace one byte short: refused, nothing written.
+  if (ws_size > 0) {
+    fresh();
+    pool->calls = 0;
+    st = qkv_attention_backward_f32(desc, q.data, k.data, v.data, out_ptr,
+                                    lse_ptr, d_out_ptr, dq.ptr(want_q),
+                                    dk.ptr(want_k), dv.ptr(want_v), ws_ptr,
+                                    ws_size - 1);
+    CHECK(st == QKV_ERR_WORKSPACE_TOO_SMALL,
+          "backward, short workspace: want WORKSPACE_TOO_SMALL", st);
+    nothing_written("short workspace", st);
+  }
+
+  // Without the pool: the same bits.
+  const size_t serial_ws = qkv_attention_backward_workspace_size(&full);
+  std::vector<unsigned char> ws2(serial_ws + 1);
+  fresh();
+  st = qkv_attention_backward_f32(
+      &full, q.data, k.data, v.data, out_ptr, lse_ptr, d_out_ptr,
+      dq.ptr(want_q), dk.ptr(want_k), dv.ptr(want_v),
+      serial_ws ? ws2.data() : nullptr, serial_ws);
+  CHECK(st == QKV_OK, "backward without the pool failed", st);
+  CHECK(BitwiseEqual(dq.v, got_q.v) && BitwiseEqual(dk.v, got_k.v) &&
+            BitwiseEqual(dv.v, got_v.v),
+        "the gradients depend on the pool/schedule");
+  if (!finite) return;
+  const Gradient* grads[3] = {&got_q, &got_k, &got_v};
+  for (int t = 0; t < 3; ++t) {
+    const Gradient& g = *grads[t];
+    for (size_t i = 0; i < g.v.size(); ++i) {
+      if (memcmp(&g.v[i], &kSentinelBits, 4) == 0) continue;  // gap, skipped
+      if (!isfinite(g.v[i])) {
+        fprintf(stderr, "gradient %d element %zu = %g\n", t, i, g.v[i]);
+        Fail("non-finite gradient from finite inputs");
+      }
+    }
+  }
 }
 
 // ---------------------------------------------------------------- one input
@@ -1604,6 +1788,26 @@ void RunOne(const uint8_t* data, size_t size) {
   const bool no_overflow = score_bound <= 1e37 && m.bias <= 1e37 &&
                            m.v * e.kv_len <= 1e37 && proj <= 1e30 &&
                            (m.q + m.k) * (m.q + m.k) <= 1e37;
+  // The backward pass on this call (its lse: the serial call's when the
+  // caller asked for none).
+  if (!hostile_workers) {
+    std::vector<float> lse_all = serial.lse;
+    if (lse_all.empty() && c.rows > 0) {
+      lse_all = RunFresh(full, q.ptr(), k.ptr(), v.ptr(), out.v.size(), 0,
+                         static_cast<size_t>(c.rows))
+                    .lse;
+    }
+    const Operand oq = {q.ptr(), q.v.size(), &q_addr};
+    const Operand ok = {k.ptr(), k.v.size(), &k_addr};
+    const Operand ov = {v.ptr(), v.v.size(), &v_addr};
+    const Operand oo = {out.ptr(), out.v.size(), &out_addr};
+    // Finite gradients are promised where no product of the chain rule can
+    // overflow: moderate scores, operands and scale.
+    const bool moderate = no_overflow && m.finite && score_bound <= 1e4 &&
+                          m.q <= 1e4 && m.k <= 1e4 && m.v <= 1e4 &&
+                          fabs(static_cast<double>(e.scale)) <= 1e4;
+    CheckBackward(desc, full, oq, ok, ov, oo, lse_all, &rng, &pool, moderate);
+  }
   if (!no_overflow) return;
   const int64_t lk = e.kv_len, dv = e.value_dim;
   for (size_t i = 0; i < out.v.size(); ++i) {
