@@ -1503,6 +1503,10 @@ void RunOne(const uint8_t* data, size_t size) {
     // An empty tensor addresses nothing, whatever its other sizes (a batch
     // of 2^40 with q_len 0 fits in no memory at all): no loop over them.
     if (e.batch == 0 || n1 == 0 || n2 == 0 || dim == 0) return m;
+    // Nor over more rows than a call within the work cap can have (kv_heads
+    // 3e9 over one shared row, with q_heads 2, fits in 4 bytes): such a
+    // descriptor is invalid, and its call must fail before reading.
+    if (static_cast<double>(e.batch) * n1 * n2 > kCapWork) return m;
     for (int64_t b = 0; b < e.batch; ++b) {
       for (int64_t h = 0; h < n1; ++h) {
         for (int64_t i = 0; i < n2; ++i) {
