@@ -409,13 +409,16 @@ inline bool PrefetchesKv(const Problem& p) {
          kPrefetchKvBytes / (bytes_per_key > 0 ? bytes_per_key : 1);
 }
 
-// Where a prefetch puts its line. The row path reads a block right after
-// it is prefetched: into L1. The tile path prefetches a whole 64-key block
-// (32 KiB at head_dim 128) while it works through another one of the same
-// size in L1: into L2, or the two evict each other (GQA-8 decode from DRAM,
-// highway:AVX2 on Zen 4: 4.5 ms with L1, 3.2 ms with L2). On x86 that is
-// prefetcht2 (locality 1; prefetcht1 measured 3.4 ms on Zen 4); GCC's
-// locality 2 is AArch64's PLDL2KEEP.
+// Where a prefetch puts its line. Both paths prefetch into L2. The tile
+// path prefetches a whole 64-key block (32 KiB at head_dim 128) while it
+// works through another one of the same size in L1: into L1 the two evict
+// each other (GQA-8 decode from DRAM, highway:AVX2 on Zen 4: 4.5 ms with
+// L1, 3.2 ms with L2). The row path reads a block soon after prefetching
+// it, but an L1 prefetch holds one of the core's few L1 miss buffers until
+// its line arrives: into L2, S1 decoding took 0.96x the time (Sapphire
+// Rapids class, highway:AVX3 and AVX2). On x86 that is prefetcht2
+// (locality 1; prefetcht1 measured 3.4 ms on Zen 4); GCC's locality 2 is
+// AArch64's PLDL2KEEP. kL1 is kept for experiments.
 enum class PrefetchTo { kL1, kL2 };
 #if defined(__x86_64__) || defined(__i386__)
 constexpr int kL2Locality = 1;

@@ -1596,7 +1596,7 @@ struct Flash {
       // The first row's scores prefetch this block's V and the next K.
       const int64_t nb_all = j0 + kBlockKeys < stop ? kBlockKeys : stop - j0;
       BlockPrefetch pf(prefetch, op, dv, j0, nb_all, stop, nb_all / 4,
-                       nb_all / 4, PrefetchTo::kL1);
+                       nb_all / 4, PrefetchTo::kL2);
       // The block's keys and values, read once for all rows (low-precision
       // ones dequantized here): row j at k + (j - j0) * ks. Values are
       // converted after the first row's scores, which prefetch them.
