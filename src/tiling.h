@@ -415,8 +415,8 @@ inline bool PrefetchesKv(const Problem& p) {
 // each other (GQA-8 decode from DRAM, highway:AVX2 on Zen 4: 4.5 ms with
 // L1, 3.2 ms with L2). The row path reads a block soon after prefetching
 // it, but an L1 prefetch holds one of the core's few L1 miss buffers until
-// its line arrives: into L2, S1 decoding took 0.96x the time (Sapphire
-// Rapids class, highway:AVX3 and AVX2). On x86 that is prefetcht2
+// its line arrives: into L2, S1 decoding took 0.96x the time (Emerald
+// Rapids, highway:AVX3 and AVX2). On x86 that is prefetcht2
 // (locality 1; prefetcht1 measured 3.4 ms on Zen 4); GCC's locality 2 is
 // AArch64's PLDL2KEEP. kL1 is kept for experiments.
 enum class PrefetchTo { kL1, kL2 };

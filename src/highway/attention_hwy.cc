@@ -1,7 +1,7 @@
 // The Highway engine: the FlashAttention pipeline (src/pipeline/flash-inl.h)
 // over Highway's vector operations (ops_hwy-inl.h), compiled once per SIMD
 // target by foreach_target and picked at run time. Its backward pass is
-// backward_hwy.cc.
+// compiled by backward_hwy.cc, in parallel.
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "highway/attention_hwy.cc"
@@ -57,6 +57,8 @@ const Engine* GetEngine() {
 
 const PipelineBlocks* GetBlocks() { return &Flash<Ops>::kBlocks; }
 
+const BackwardEngine* GetBackward();  // backward_hwy.cc
+
 // NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace HWY_NAMESPACE
 }  // namespace qkv
@@ -71,12 +73,16 @@ struct Candidate {
   int64_t target;
   const Engine* (*get)();
   const PipelineBlocks* (*blocks)();
+  const BackwardEngine* (*backward)();
 };
 
 // Best first. HWY_CHOOSE_* is nullptr for targets this build did not
 // compile.
 #define QKV_HWY_CANDIDATE(T) \
-  { HWY_##T, HWY_CHOOSE_##T(GetEngine), HWY_CHOOSE_##T(GetBlocks) }
+  {                                                                       \
+    HWY_##T, HWY_CHOOSE_##T(GetEngine), HWY_CHOOSE_##T(GetBlocks),        \
+        HWY_CHOOSE_##T(GetBackward)                                       \
+  }
 const Candidate kCandidates[] = {
     QKV_HWY_CANDIDATE(AVX3_DL),
     QKV_HWY_CANDIDATE(AVX3),
@@ -88,10 +94,12 @@ const Candidate kCandidates[] = {
     QKV_HWY_CANDIDATE(NEON),
     QKV_HWY_CANDIDATE(WASM),
 #if HWY_TARGETS & HWY_EMU128
-    {HWY_EMU128, &N_EMU128::GetEngine, &N_EMU128::GetBlocks},
+    {HWY_EMU128, &N_EMU128::GetEngine, &N_EMU128::GetBlocks,
+     &N_EMU128::GetBackward},
 #endif
 #if HWY_TARGETS & HWY_SCALAR
-    {HWY_SCALAR, &N_SCALAR::GetEngine, &N_SCALAR::GetBlocks},
+    {HWY_SCALAR, &N_SCALAR::GetEngine, &N_SCALAR::GetBlocks,
+     &N_SCALAR::GetBackward},
 #endif
 };
 #undef QKV_HWY_CANDIDATE
@@ -101,6 +109,13 @@ const Candidate kCandidates[] = {
 const PipelineBlocks* HighwayBlocks(const Engine* engine) {
   for (const Candidate& c : kCandidates) {
     if (c.get != nullptr && c.get() == engine) return c.blocks();
+  }
+  return nullptr;
+}
+
+const BackwardEngine* HighwayBackward(const Engine* engine) {
+  for (const Candidate& c : kCandidates) {
+    if (c.get != nullptr && c.get() == engine) return c.backward();
   }
   return nullptr;
 }
