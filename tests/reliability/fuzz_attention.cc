@@ -733,6 +733,15 @@ void CheckBackward(const qkv_attention_desc* desc,
     dq.v.assign(q.n, 0.0f), dk.v.assign(k.n, 0.0f), dv.v.assign(v.n, 0.0f);
     FillSentinel(&dq.v), FillSentinel(&dk.v), FillSentinel(&dv.v);
   };
+  // One call with fresh sentinel-filled gradients (those asked for).
+  auto call = [&](const qkv_attention_desc* dsc, const float* l,
+                  const float* g, bool wq, bool wk, bool wv, void* w,
+                  size_t w_size) {
+    fresh();
+    return qkv_attention_backward_f32(dsc, q.data, k.data, v.data, out_ptr, l,
+                                      g, dq.ptr(wq), dk.ptr(wk), dv.ptr(wv), w,
+                                      w_size);
+  };
   auto nothing_written = [&](const char* what, qkv_status st) {
     if (Verbose()) fprintf(stderr, "  backward refused (%s): %d\n", what, st);
     CHECK(AllSentinel(dq.v) && AllSentinel(dk.v) && AllSentinel(dv.v),
@@ -740,11 +749,9 @@ void CheckBackward(const qkv_attention_desc* desc,
     CHECK(pool->calls == 0, "a refused backward call ran the pool", st);
   };
   // Bad input first: nothing written.
-  fresh();
   pool->calls = 0;
-  qkv_status st = qkv_attention_backward_f32(
-      desc, q.data, k.data, v.data, out_ptr, nullptr, d_out_ptr, dq.ptr(true),
-      dk.ptr(true), dv.ptr(true), ws_ptr, ws_size);
+  qkv_status st =
+      call(desc, nullptr, d_out_ptr, true, true, true, ws_ptr, ws_size);
   if (full.score == QKV_SCORE_ADDITIVE) {
     CHECK(st == QKV_ERR_INVALID_ARGUMENT || st == QKV_ERR_UNSUPPORTED,
           "backward, ADDITIVE, NULL lse: want INVALID or UNSUPPORTED", st);
@@ -753,10 +760,7 @@ void CheckBackward(const qkv_attention_desc* desc,
           st);
   }
   if (st != QKV_OK) nothing_written("NULL lse", st);
-  fresh();
-  st = qkv_attention_backward_f32(desc, q.data, k.data, v.data, out_ptr,
-                                  lse_ptr, nullptr, dq.ptr(true),
-                                  dk.ptr(true), dv.ptr(true), ws_ptr, ws_size);
+  st = call(desc, lse_ptr, nullptr, true, true, true, ws_ptr, ws_size);
   if (full.score != QKV_SCORE_ADDITIVE && !lse.empty()) {
     CHECK(st == QKV_ERR_INVALID_ARGUMENT, "backward, NULL d_out: want INVALID",
           st);
@@ -768,11 +772,8 @@ void CheckBackward(const qkv_attention_desc* desc,
   const bool want_q = (which & 1) != 0 || which == 0;
   const bool want_k = (which & 2) != 0 || which == 0;
   const bool want_v = (which & 4) != 0 || which == 0;
-  fresh();
-  st = qkv_attention_backward_f32(desc, q.data, k.data, v.data, out_ptr,
-                                  lse_ptr, d_out_ptr, dq.ptr(want_q),
-                                  dk.ptr(want_k), dv.ptr(want_v), ws_ptr,
-                                  ws_size);
+  st = call(desc, lse_ptr, d_out_ptr, want_q, want_k, want_v, ws_ptr,
+            ws_size);
   if (Verbose()) fprintf(stderr, "  backward status=%d\n", st);
   const bool additive = full.score == QKV_SCORE_ADDITIVE;
   if (st == QKV_ERR_INVALID_ARGUMENT) {
@@ -809,12 +810,9 @@ void CheckBackward(const qkv_attention_desc* desc,
 
   // A workspace one byte short: refused, nothing written.
   if (ws_size > 0) {
-    fresh();
     pool->calls = 0;
-    st = qkv_attention_backward_f32(desc, q.data, k.data, v.data, out_ptr,
-                                    lse_ptr, d_out_ptr, dq.ptr(want_q),
-                                    dk.ptr(want_k), dv.ptr(want_v), ws_ptr,
-                                    ws_size - 1);
+    st = call(desc, lse_ptr, d_out_ptr, want_q, want_k, want_v, ws_ptr,
+              ws_size - 1);
     CHECK(st == QKV_ERR_WORKSPACE_TOO_SMALL,
           "backward, short workspace: want WORKSPACE_TOO_SMALL", st);
     nothing_written("short workspace", st);
@@ -823,11 +821,8 @@ void CheckBackward(const qkv_attention_desc* desc,
   // Without the pool: the same bits.
   const size_t serial_ws = qkv_attention_backward_workspace_size(&full);
   std::vector<unsigned char> ws2(serial_ws + 1);
-  fresh();
-  st = qkv_attention_backward_f32(
-      &full, q.data, k.data, v.data, out_ptr, lse_ptr, d_out_ptr,
-      dq.ptr(want_q), dk.ptr(want_k), dv.ptr(want_v),
-      serial_ws ? ws2.data() : nullptr, serial_ws);
+  st = call(&full, lse_ptr, d_out_ptr, want_q, want_k, want_v,
+            serial_ws ? ws2.data() : nullptr, serial_ws);
   CHECK(st == QKV_OK, "backward without the pool failed", st);
   CHECK(BitwiseEqual(dq.v, got_q.v) && BitwiseEqual(dk.v, got_k.v) &&
             BitwiseEqual(dv.v, got_v.v),
