@@ -1121,8 +1121,8 @@ void CheckAgainstOracle(const BCase& c, const std::string& backend) {
 }
 
 // One test per (case, backend), named <case>_<backend>, so that a run
-// filtered by backend (.ci/cross: '*SVE*' at three SVE vector lengths)
-// takes every case on that backend.
+// filtered by backend (.ci/cross: '*highway_SVE' at 512-bit vectors,
+// '*highway_SVE2' at 128) takes every case on that backend.
 class BackwardTest
     : public ::testing::TestWithParam<std::tuple<std::string, BCase>> {};
 

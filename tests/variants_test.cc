@@ -1267,9 +1267,8 @@ void CheckAgainstOracle(const VCase& c, const std::string& backend) {
 }
 
 // One test per backend over every case, named by the backend, so that a
-// run filtered by backend (.ci/cross: '*SVE*' at three SVE vector lengths)
-// takes every case on that backend, and the sanitizer stage that leaves the
-// scalar backends out (.ci/sanitize) can do so by name.
+// run filtered by backend (.ci/cross: '*highway_SVE' at 512-bit vectors,
+// '*highway_SVE2' at 128) takes every case on that backend.
 class VariantsTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(VariantsTest, EveryCaseMatchesOracle) {
