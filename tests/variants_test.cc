@@ -304,7 +304,8 @@ struct VCase {
   }
 };
 
-void PrintTo(const VCase& c, std::ostream* os) {
+// Unused where the thread-pool suites are left out (WASI).
+[[maybe_unused]] void PrintTo(const VCase& c, std::ostream* os) {
   *os << c.name << " (b" << c.batch << " h" << c.q_heads << "/" << c.kv_heads
       << " q" << c.q_len << " kv" << c.kv_len << " d" << c.head_dim << "/"
       << c.value_dim << " layouts " << LayoutName(c.q_layout) << ","
