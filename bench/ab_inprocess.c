@@ -10,7 +10,8 @@
  *
  * Cases: the benchmark suite's S1-S4, S1_gqa8_decode, gqa4_decode_16k (32
  * query heads over 8 kv heads, 16384 keys: 128 MiB of K and V, as S1;
- * gqa4_decode_512, 4 MiB, from cache), S1
+ * gqa4_decode_512, 4 MiB, from cache; gqa8_decode_256, S1_gqa8_decode's
+ * arithmetic on 2 MiB, from L2), S1
  * from a token-major cache (32 kv heads, and 8 with 4 query heads each),
  * the backward pass on S2 and S3 (S2_backward, S3_backward: d_q, d_k and
  * d_v from the forward's out and lse), its kv_len and
@@ -160,6 +161,7 @@ int main(int argc, char **argv) {
   shapes[n++] = (shape){"S1_gqa8_decode", 64, 1, 4096, 128, 0, 8, 0, 0};
   shapes[n++] = (shape){"gqa4_decode_16k", 32, 1, 16384, 128, 0, 8, 0, 0};
   shapes[n++] = (shape){"gqa4_decode_512", 32, 1, 512, 128, 0, 8, 0, 0};
+  shapes[n++] = (shape){"gqa8_decode_256", 64, 1, 256, 128, 0, 8, 0, 0};
   shapes[n++] = (shape){"S1_token_major", 32, 1, 4096, 128, 0, 0, 1, 0};
   shapes[n++] = (shape){"S1_gqa4_token_m", 32, 1, 4096, 128, 0, 8, 1, 0};
   shapes[n++] = (shape){"S2_prefill", 8, 1024, 1024, 64, 1, 0, 0, 0};

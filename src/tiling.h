@@ -36,6 +36,11 @@ constexpr int64_t kBlockKeys = 64;
 // once, contiguously, beats filling lanes with rows that are not there.
 constexpr int64_t kRowPathMaxRows = 4;
 
+// Rows of a tile's row state (q_rows, o_rows, s_row): the row path's, and
+// the 8 rows of a decoding step at GQA 8 that 16-lane targets give to the
+// row path's RunRows from the tile path (Flash::RunTileOfRows).
+constexpr int64_t kRowStateRows = 8;
+
 // Score kinds. For kAdditive the "queries" and "keys" a kernel sees are the
 // projections W_q q and W_k k (dimension additive_hidden) made by Prepare.
 // kDotScaled is kDot with the scale applied to the finished dot product
@@ -534,9 +539,9 @@ struct Tile {
   float* rel_pos;      // [R] pos relative to the current block (ALiBi)
   float* sink;         // [R] the row's sink, or -inf
   // Row path: keys in lanes.
-  float* q_rows;  // [kRowPathMaxRows][dim] pre-scaled queries
-  float* o_rows;  // [kRowPathMaxRows][value_dim] unnormalized output
-  float* s_row;   // [kRowPathMaxRows][kBlockKeys + lanes] scores
+  float* q_rows;  // [kRowStateRows][dim] pre-scaled queries
+  float* o_rows;  // [kRowStateRows][value_dim] unnormalized output
+  float* s_row;   // [kRowStateRows][kBlockKeys + lanes] scores
   // Low-precision K/V: one block of keys and values dequantized (NULL for
   // f32, which is read in place).
   float* kblk;  // [kBlockKeys][dim]
@@ -651,7 +656,7 @@ inline size_t LayoutTile(const Problem& p, size_t lanes, unsigned char* base,
   t.rel_lo = w.Take<float>(r);
   t.rel_hi = w.Take<float>(r);
   t.rel_pos = w.Take<float>(r);
-  TakeRowState(&w, r, static_cast<size_t>(kRowPathMaxRows), lanes, dim, dv,
+  TakeRowState(&w, r, static_cast<size_t>(kRowStateRows), lanes, dim, dv,
                &t);
   const bool convert = p.kv_dtype != QKV_DTYPE_F32;
   const bool convert_k = convert && p.score != QKV_SCORE_ADDITIVE;

@@ -270,6 +270,15 @@ std::vector<Case> AllCases() {
   cs.push_back(Shape("gqa", 2, 8, 2, 7, 31, 64, 64));
   cs.push_back(Shape("gqa", 1, 8, 1, 5, 129, 33, 33));
   cs.push_back(Shape("gqa", 2, 8, 1, 1, 300, 64, 64));
+  // Decoding at GQA 8 (16-lane targets score the 8 rows together, two keys
+  // at a time): an odd last key, keys shorter than a vector, a one-vector
+  // head_dim with a value_dim of one and a half vectors, lengths per batch.
+  cs.push_back(Shape("gqa8_decode", 2, 16, 2, 1, 301, 32, 32));
+  cs.push_back(Shape("gqa8_decode", 1, 8, 1, 1, 3, 16, 16));
+  cs.push_back(Shape("gqa8_decode_lens", 3, 8, 1, 1, 200, 16, 24)
+                   .WithLens(Lens::kPerBatch));
+  cs.push_back(
+      Shape("gqa8_decode_scale_big", 1, 8, 1, 1, 77, 16, 16).Scale(3.0f));
   cs.push_back(Shape("gqa", 4, 1, 1, 8, 8, 8, 8));
   cs.push_back(Shape("gqa", 2, 3, 1, 65, 64, 16, 16));
   // Causal, bottom-right: q_len < kv_len, ==, and > (rows that see nothing).

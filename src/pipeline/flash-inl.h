@@ -11,10 +11,10 @@
 //   scores       st[j][r] for the rows in lanes (tile path: R = RV * N
 //                query rows of one kv head's GQA group, queries packed
 //                transposed, keys broadcast) or keys in lanes (row path:
-//                decoding, at most kRowPathMaxRows rows; tiny path: kv_len
-//                <= N). The score kind's accumulation and finishing factor
-//                live here (ScoreTerm, the factor applied as scores leave
-//                their registers).
+//                decoding, at most kRowPathMaxRows rows, and GQA-8 decoding
+//                on 16-lane x86; tiny path: kv_len <= N). The score kind's
+//                accumulation and finishing factor live here (ScoreTerm,
+//                the factor applied as scores leave their registers).
 //   epilogue     per block, only when needed: bias, then the rows' key
 //                intervals [lo, hi) (src/semantics.h) as a mask. Blocks
 //                outside every row's interval are skipped at both ends.
@@ -1166,6 +1166,72 @@ struct Flash {
     }
   }
 
+  // Dot scores of 8 rows (queries q + r * d) for nb f32 keys, for 16-lane
+  // targets with a 16 x 16 in-register transpose (x86 AVX-512) and d a
+  // multiple of 16: 2 keys at a time, one accumulator per (row, key), each
+  // key vector loaded once for the 8 rows; the 16 accumulators' lane sums
+  // come out of one transpose and a tree of adds (lane i of the result:
+  // accumulator i's sum, as ((l0 + l1) + (l2 + l3)) + ...) instead of a
+  // reduction each. A last odd key takes the rows in two halves of 4
+  // (RowKeysStep). st[r * s_stride + j] = finish * (q_r . k_j). pf's V
+  // stream steps once every 4 keys (its K stream goes with the output,
+  // which takes longer than the scores at 8 rows: JointOutput).
+  __attribute__((noinline)) static void RowScores8(
+      const float* __restrict q, const float* __restrict k, int64_t d,
+      int64_t ks, int64_t nb, float finish, float* __restrict st,
+      int64_t s_stride, BlockPrefetch* pf) {
+    if constexpr (O::kTransposeLanes == 16) {
+      constexpr size_t kN = 16;
+      constexpr int64_t U = 2;
+      const V vfinish = O::Set(finish);
+      alignas(64) float sums[kN];
+      int64_t j = 0;
+      for (; j + U <= nb; j += U) {
+        if (pf != nullptr && j % 4 == 0) pf->v.Step();
+        V acc[kN];
+#pragma GCC unroll 16
+        for (size_t i = 0; i < kN; ++i) acc[i] = O::Zero();
+        const float* __restrict kj = k + j * ks;
+        for (int64_t t = 0; t < d; t += static_cast<int64_t>(kN)) {
+          for (int64_t u = 0; u < U; ++u) {
+            const V kv = O::LoadU(kj + u * ks + t);
+            for (int64_t r = 0; r < 8; ++r) {
+              acc[r * U + u] =
+                  O::MulAdd(O::LoadU(q + r * d + t), kv, acc[r * U + u]);
+            }
+          }
+        }
+        O::Transpose(acc);
+#pragma GCC unroll 16
+        for (size_t i = 0; i < kN; i += 2) acc[i] = O::Add(acc[i], acc[i + 1]);
+#pragma GCC unroll 8
+        for (size_t i = 0; i < kN; i += 4) acc[i] = O::Add(acc[i], acc[i + 2]);
+#pragma GCC unroll 4
+        for (size_t i = 0; i < kN; i += 8) acc[i] = O::Add(acc[i], acc[i + 4]);
+        acc[0] = O::Add(acc[0], acc[8]);
+        O::Store(O::Mul(acc[0], vfinish), sums);
+#pragma GCC unroll 8
+        for (int64_t r = 0; r < 8; ++r) {
+#pragma GCC unroll 2
+          for (int64_t u = 0; u < U; ++u) {
+            st[r * s_stride + j + u] = sums[r * U + u];
+          }
+        }
+      }
+      const int64_t d_full = d - d % static_cast<int64_t>(O::Lanes());
+      for (; j < nb; ++j) {
+        RowKeysStep<4, 1, kDot, F32Rows>(q, k + j * ks, d, d_full, ks, finish,
+                                         nullptr, st + j, s_stride);
+        RowKeysStep<4, 1, kDot, F32Rows>(q + 4 * d, k + j * ks, d, d_full, ks,
+                                         finish, nullptr,
+                                         st + 4 * s_stride + j, s_stride);
+      }
+    } else {
+      (void)q, (void)k, (void)d, (void)ks, (void)nb, (void)finish, (void)st;
+      (void)s_stride, (void)pf;
+    }
+  }
+
   template <int kKind, class E = F32Rows>
   __attribute__((noinline)) static void RowScores(
       const float* __restrict q, const typename E::T* __restrict k, int64_t d,
@@ -1254,12 +1320,13 @@ struct Flash {
   // pr + r * s_stride, o_r at o + r * o_stride) and U vectors of columns,
   // each value vector loaded once for all rows. A row whose probability is
   // 0 (a hidden key) skips the key, as RowOutputColumnsOf: per row the same
-  // operations.
-  template <int R, int U, bool kGuard>
+  // operations. pk (or NULL) steps once every 8 keys.
+  template <int R, int U, bool kGuard, bool kStep>
   __attribute__((noinline)) static void RowOutputRowsColumns(
       const float* __restrict pr, int64_t s_stride,
       const float* __restrict v, int64_t vs, int64_t nb,
-      const float* __restrict alpha, float* __restrict o, int64_t o_stride) {
+      const float* __restrict alpha, float* __restrict o, int64_t o_stride,
+      PrefetchStream* pk) {
     const size_t N = O::Lanes();
 #define QKV_DECL(r, u)                                              \
   V o##r##_##u = O::Zero();                                         \
@@ -1274,6 +1341,7 @@ struct Flash {
     const float* __restrict p2 = pr + (R > 2 ? 2 * s_stride : 0);
     const float* __restrict p3 = pr + (R > 3 ? 3 * s_stride : 0);
     for (int64_t j = 0; j < nb; ++j) {
+      if (kStep && j % 8 == 0) pk->Step();
       const float* __restrict vj = v + j * vs;
       const float x0 = p0[j], x1 = p1[j], x2 = p2[j], x3 = p3[j];
       const V b0 = O::Set(x0), b1 = O::Set(x1), b2 = O::Set(x2),
@@ -1300,12 +1368,13 @@ struct Flash {
   }
 
   // RowOutput for R rows at once (pr_r at pr + r * s_stride, o_r at
-  // o + r * dv, alpha[r]).
+  // o + r * dv, alpha[r]); pk (or NULL) steps once every 8 keys of each
+  // column pass.
   template <int R>
   static void RowOutputRows(const float* __restrict pr, int64_t s_stride,
                             const float* __restrict v, int64_t dv, int64_t vs,
                             int64_t nb, const float* __restrict alpha,
-                            float* __restrict o) {
+                            float* __restrict o, PrefetchStream* pk = nullptr) {
     const int64_t N = static_cast<int64_t>(O::Lanes());
     constexpr int U = RowOutputUnroll<R>();
     bool zero = false;  // some row skips some key
@@ -1314,17 +1383,23 @@ struct Flash {
     }
     int64_t c = 0;
     for (; c + U * N <= dv; c += U * N) {
-      if (zero) {
-        RowOutputRowsColumns<R, U, true>(pr, s_stride, v + c, vs, nb, alpha,
-                                         o + c, dv);
+      if (pk != nullptr && zero) {
+        RowOutputRowsColumns<R, U, true, true>(pr, s_stride, v + c, vs, nb,
+                                               alpha, o + c, dv, pk);
+      } else if (pk != nullptr) {
+        RowOutputRowsColumns<R, U, false, true>(pr, s_stride, v + c, vs, nb,
+                                                alpha, o + c, dv, pk);
+      } else if (zero) {
+        RowOutputRowsColumns<R, U, true, false>(pr, s_stride, v + c, vs, nb,
+                                                alpha, o + c, dv, pk);
       } else {
-        RowOutputRowsColumns<R, U, false>(pr, s_stride, v + c, vs, nb, alpha,
-                                          o + c, dv);
+        RowOutputRowsColumns<R, U, false, false>(pr, s_stride, v + c, vs, nb,
+                                                 alpha, o + c, dv, pk);
       }
     }
     for (; c + N <= dv; c += N) {
-      RowOutputRowsColumns<R, 1, true>(pr, s_stride, v + c, vs, nb, alpha,
-                                       o + c, dv);
+      RowOutputRowsColumns<R, 1, true, false>(pr, s_stride, v + c, vs, nb,
+                                              alpha, o + c, dv, pk);
     }
     for (; c < dv; ++c) {
       for (int r = 0; r < R; ++r) {
@@ -1509,11 +1584,19 @@ struct Flash {
     }
   }
 
-  // Rows scored and accumulated together (RowScoresRows, RowOutputRows):
-  // 2 or 4 rows (a decoding step at GQA 2 or 4) that see the same keys, dot
-  // scores. Other groups take their rows one at a time.
+  // 8 rows of dot scores take RowScores8: a 16-lane target with its
+  // transpose, f32 keys, d whole vectors.
+  static bool ScoresRows8(const Operands& op) {
+    return O::kTransposeLanes == 16 && O::Lanes() == 16 &&
+           !op.convert_k && op.dim % static_cast<int64_t>(O::Lanes()) == 0;
+  }
+
+  // Rows scored and accumulated together (RowScoresRows or RowScores8,
+  // RowOutputRows): 2, 4 or 8 rows (a decoding step at GQA 2, 4 or 8) that
+  // see the same keys, dot scores. Other groups take their rows one at a
+  // time.
   static bool JointRows(const Operands& op, const Tile& tile, int64_t rows) {
-    if ((rows != 2 && rows != 4) ||
+    if ((rows != 2 && rows != 4 && (rows != 8 || !ScoresRows8(op))) ||
         (op.kind != kDot && op.kind != kDotScaled)) {
       return false;
     }
@@ -1531,9 +1614,12 @@ struct Flash {
     if (rows == 2) {
       RowScoresRows<2, kDot, F32Rows>(tile.q_rows, k, op.dim, op.k_st, nb,
                                       op.finish, nullptr, st, s_stride, pf);
-    } else {
+    } else if (rows == 4) {
       RowScoresRows<4, kDot, F32Rows>(tile.q_rows, k, op.dim, op.k_st, nb,
                                       op.finish, nullptr, st, s_stride, pf);
+    } else {
+      RowScores8(tile.q_rows, k, op.dim, op.k_st, nb, op.finish, st, s_stride,
+                 pf);
     }
   }
 
@@ -1552,21 +1638,25 @@ struct Flash {
   }
 
   // Joint rows' output from f32 value rows v (v_st apart), probabilities
-  // at pr (a row every s_stride floats).
+  // at pr (a row every s_stride floats); pk (or NULL) steps as the output
+  // goes (8 rows: the next block's keys, RunRows).
   static void JointOutput(const Problem& p, const Operands& op,
                           const Tile& tile, int64_t rows, const float* pr,
                           const float* v, int64_t nb, int64_t s_stride,
-                          const float* alpha) {
+                          const float* alpha, PrefetchStream* pk = nullptr) {
     if (rows == 2) {
       RowOutputRows<2>(pr, s_stride, v, p.value_dim, op.v_st, nb, alpha,
                        tile.o_rows);
     } else {
-      RowOutputRows<4>(pr, s_stride, v, p.value_dim, op.v_st, nb, alpha,
-                       tile.o_rows);
+      for (int64_t r = 0; r < rows; r += 4) {
+        RowOutputRows<4>(pr + r * s_stride, s_stride, v, p.value_dim, op.v_st,
+                         nb, alpha + r, tile.o_rows + r * p.value_dim, pk);
+      }
     }
   }
 
-  // All rows (at most kRowPathMaxRows) of one (batch, kv head), keys
+  // All rows (at most kRowPathMaxRows, or the 8 of RunTileOfRows) of one
+  // (batch, kv head), keys
   // [task.key_begin, task.key_end) of them (one flash-decoding split). Keys
   // are walked in blocks; each block of K and V is read from memory once and
   // reused from L1 by the group's other rows, each of which takes the part
@@ -1590,13 +1680,14 @@ struct Flash {
     // finish a block's arithmetic sooner but wait on the same bytes, and
     // measured 1.04-1.06x slower there (GQA-4 decoding, 128 MiB of K and V,
     // Zen 4); from cache they are 1.5x faster.
-    const bool joint = !prefetch && JointRows(op, tile, rows);
+    const bool joint = (!prefetch || rows > 4) && JointRows(op, tile, rows);
     const int64_t s_floats = static_cast<int64_t>(RowScoreFloats(O::Lanes()));
     for (int64_t j0 = start; j0 < stop; j0 += kBlockKeys) {
       // The first row's scores prefetch this block's V and the next K.
       const int64_t nb_all = j0 + kBlockKeys < stop ? kBlockKeys : stop - j0;
       BlockPrefetch pf(prefetch, op, dv, j0, nb_all, stop, nb_all / 4,
-                       nb_all / 4, PrefetchTo::kL2);
+                       joint && rows == 8 ? nb_all / 2 : nb_all / 4,
+                       PrefetchTo::kL2);
       // The block's keys and values, read once for all rows (low-precision
       // ones dequantized here): row j at k + (j - j0) * ks. Values are
       // converted after the first row's scores, which prefetch them.
@@ -1610,12 +1701,13 @@ struct Flash {
         int64_t hi = j0 + nb_all < tile.hi[0] ? j0 + nb_all : tile.hi[0];
         hi = hi < task.key_end ? hi : task.key_end;
         if (hi <= lo) continue;
-        float alpha[kRowPathMaxRows];
+        float alpha[kRowStateRows];
         JointScores(p, op, tile, rows, k + (lo - j0) * ks, lo, hi - lo,
                     s_floats, &pf, alpha);
         v = ValueBlock(op, dv, j0, nb_all, tile.vblk);
         JointOutput(p, op, tile, rows, tile.s_row, v + (lo - j0) * vs,
-                    hi - lo, s_floats, alpha);
+                    hi - lo, s_floats, alpha,
+                    prefetch && rows == 8 ? &pf.k : nullptr);
         continue;
       }
       for (int64_t r = 0; r < rows; ++r) {
@@ -2043,10 +2135,16 @@ struct Flash {
     }
   }
 
-  // A tile of one row vector. At most 8 rows (a decoding step at GQA up to
-  // 8, or a short prompt) on a 16-lane target take 8-lane vectors (the tiny
-  // path's Narrow8, the same target's AVX2-width code): a 512-bit vector
-  // half empty costs a full one, and on Zen 4, whose AVX-512 units are 256
+  // A tile of one row vector. A decoding step at GQA 8 (8 rows that see
+  // the same keys, dot scores, f32 keys, head_dim whole vectors) on a
+  // 16-lane x86 target takes the row path instead (RunRows: head_dim in
+  // full 512-bit lanes, the 8 rows scored together by RowScores8): GQA-8
+  // decoding 0.86-0.94x the time of the 8-lane tile below, from L2 and
+  // from DRAM (Emerald Rapids; bench/README.md). Other tiles of at most 8
+  // rows (a short prompt, other score kinds) on a 16-lane target take
+  // 8-lane vectors (the tiny path's Narrow8, the same target's AVX2-width
+  // code): a 512-bit vector half empty costs a full one, and on Zen 4,
+  // whose AVX-512 units are 256
   // bits wide, twice the 256-bit one (GQA-8 decoding from L2 measured 1.4x
   // slower on highway:AVX3 than on highway:AVX2). Each lane does the same
   // operations at either width, so the bits are the same. The narrower
@@ -2054,6 +2152,13 @@ struct Flash {
   static void RunTileOfRows(const Problem& p, const Operands& op,
                             const TileTask& t, const unsigned char* shared,
                             unsigned char* workspace, const Tile& tile) {
+    if (O::Lanes() >= 16 && t.rows == kRowStateRows && t.r0 == 0 &&
+        p.q_len == 1 &&
+        p.group == kRowStateRows &&
+        (op.kind == kDot || op.kind == kDotScaled) && ScoresRows8(op)) {
+      RunRows(p, op, t, shared, tile);
+      return;
+    }
     using O8 = typename O::Narrow8;
     if constexpr (!std::is_same<O8, O>::value) {
       if (t.rows <= static_cast<int64_t>(O8::Lanes())) {
