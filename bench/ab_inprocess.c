@@ -10,6 +10,7 @@
  *
  * Cases: the benchmark suite's S1-S4, S1_gqa8_decode, gqa4_decode_16k (32
  * query heads over 8 kv heads, 16384 keys: 128 MiB of K and V, as S1;
+ * gqa2_decode_16k the same with 16 query heads;
  * gqa4_decode_512, 4 MiB, from cache; gqa8_decode_256, S1_gqa8_decode's
  * arithmetic on 2 MiB, from L2), S1
  * from a token-major cache (32 kv heads, and 8 with 4 query heads each),
@@ -160,6 +161,7 @@ int main(int argc, char **argv) {
   shapes[n++] = (shape){"S1_decode", 32, 1, 4096, 128, 0, 0, 0, 0};
   shapes[n++] = (shape){"S1_gqa8_decode", 64, 1, 4096, 128, 0, 8, 0, 0};
   shapes[n++] = (shape){"gqa4_decode_16k", 32, 1, 16384, 128, 0, 8, 0, 0};
+  shapes[n++] = (shape){"gqa2_decode_16k", 16, 1, 16384, 128, 0, 8, 0, 0};
   shapes[n++] = (shape){"gqa4_decode_512", 32, 1, 512, 128, 0, 8, 0, 0};
   shapes[n++] = (shape){"gqa8_decode_256", 64, 1, 256, 128, 0, 8, 0, 0};
   shapes[n++] = (shape){"S1_token_major", 32, 1, 4096, 128, 0, 0, 1, 0};

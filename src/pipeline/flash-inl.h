@@ -1639,7 +1639,7 @@ struct Flash {
 
   // Joint rows' output from f32 value rows v (v_st apart), probabilities
   // at pr (a row every s_stride floats); pk (or NULL) steps as the output
-  // goes (8 rows: the next block's keys, RunRows).
+  // goes (4 and 8 rows from DRAM: the next block's keys, RunRows).
   static void JointOutput(const Problem& p, const Operands& op,
                           const Tile& tile, int64_t rows, const float* pr,
                           const float* v, int64_t nb, int64_t s_stride,
@@ -1676,17 +1676,19 @@ struct Flash {
     const bool fused_v = op.convert_v && rows == 1;
     const bool fused_k =
         fused_v && op.convert_k && (op.kind == kDot || op.kind == kDotScaled);
-    // From DRAM (PrefetchesKv) the rows go one at a time: joint rows
-    // finish a block's arithmetic sooner but wait on the same bytes, and
-    // measured 1.04-1.06x slower there (GQA-4 decoding, 128 MiB of K and V,
-    // Zen 4); from cache they are 1.5x faster.
-    const bool joint = (!prefetch || rows > 4) && JointRows(op, tile, rows);
+    // From cache joint rows are 1.5x faster. From DRAM (PrefetchesKv) 4 or
+    // 8 joint rows prefetch the next block's keys while their output
+    // accumulates, which takes longer than their scores (GQA-4 decoding,
+    // 128 MiB of K and V, Emerald Rapids: 0.87-0.93x the time of one row at
+    // a time; joint rows prefetching only in the scores measured 1.04-1.06x
+    // slower on Zen 4); 2 rows go one at a time (joint: 0.99-1.02x).
+    const bool joint = (!prefetch || rows >= 4) && JointRows(op, tile, rows);
     const int64_t s_floats = static_cast<int64_t>(RowScoreFloats(O::Lanes()));
     for (int64_t j0 = start; j0 < stop; j0 += kBlockKeys) {
       // The first row's scores prefetch this block's V and the next K.
       const int64_t nb_all = j0 + kBlockKeys < stop ? kBlockKeys : stop - j0;
       BlockPrefetch pf(prefetch, op, dv, j0, nb_all, stop, nb_all / 4,
-                       joint && rows == 8 ? nb_all / 2 : nb_all / 4,
+                       joint && rows >= 4 ? nb_all / 2 : nb_all / 4,
                        PrefetchTo::kL2);
       // The block's keys and values, read once for all rows (low-precision
       // ones dequantized here): row j at k + (j - j0) * ks. Values are
@@ -1707,7 +1709,7 @@ struct Flash {
         v = ValueBlock(op, dv, j0, nb_all, tile.vblk);
         JointOutput(p, op, tile, rows, tile.s_row, v + (lo - j0) * vs,
                     hi - lo, s_floats, alpha,
-                    prefetch && rows == 8 ? &pf.k : nullptr);
+                    prefetch && rows >= 4 ? &pf.k : nullptr);
         continue;
       }
       for (int64_t r = 0; r < rows; ++r) {
