@@ -1678,7 +1678,8 @@ struct Flash {
         fused_v && op.convert_k && (op.kind == kDot || op.kind == kDotScaled);
     // From cache joint rows are 1.5x faster. From DRAM (PrefetchesKv) 4 or
     // 8 joint rows prefetch the next block's keys while their output
-    // accumulates, which takes longer than their scores (GQA-4 decoding,
+    // accumulates, which takes longer than their scores (4 rows: also while
+    // scoring, RowScoresRows stepping both streams) (GQA-4 decoding,
     // 128 MiB of K and V, Emerald Rapids: 0.87-0.93x the time of one row at
     // a time; joint rows prefetching only in the scores measured 1.04-1.06x
     // slower on Zen 4); 2 rows go one at a time (joint: 0.99-1.02x).
