@@ -1680,7 +1680,7 @@ struct Flash {
     // 8 joint rows prefetch the next block's keys while their output
     // accumulates, which takes longer than their scores (4 rows: also while
     // scoring, RowScoresRows stepping both streams) (GQA-4 decoding,
-    // 128 MiB of K and V, Emerald Rapids: 0.87-0.93x the time of one row at
+    // 128 MiB of K and V, Emerald Rapids: 0.84-0.93x the time of one row at
     // a time; joint rows prefetching only in the scores measured 1.04-1.06x
     // slower on Zen 4); 2 rows go one at a time (joint: 0.99-1.02x).
     const bool joint = (!prefetch || rows >= 4) && JointRows(op, tile, rows);
@@ -2142,7 +2142,7 @@ struct Flash {
   // the same keys, dot scores, f32 keys, head_dim whole vectors) on a
   // 16-lane x86 target takes the row path instead (RunRows: head_dim in
   // full 512-bit lanes, the 8 rows scored together by RowScores8): GQA-8
-  // decoding 0.86-0.94x the time of the 8-lane tile below, from L2 and
+  // decoding 0.86-0.96x the time of the 8-lane tile below, from L2 and
   // from DRAM (Emerald Rapids; bench/README.md). Other tiles of at most 8
   // rows (a short prompt, other score kinds) on a 16-lane target take
   // 8-lane vectors (the tiny path's Narrow8, the same target's AVX2-width
@@ -2155,9 +2155,7 @@ struct Flash {
   static void RunTileOfRows(const Problem& p, const Operands& op,
                             const TileTask& t, const unsigned char* shared,
                             unsigned char* workspace, const Tile& tile) {
-    if (O::Lanes() >= 16 && t.rows == kRowStateRows && t.r0 == 0 &&
-        p.q_len == 1 &&
-        p.group == kRowStateRows &&
+    if (p.q_len == 1 && p.group == kRowStateRows && t.r0 == 0 &&
         (op.kind == kDot || op.kind == kDotScaled) && ScoresRows8(op)) {
       RunRows(p, op, t, shared, tile);
       return;
