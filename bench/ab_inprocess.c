@@ -14,13 +14,15 @@
  * gqa4_decode_512, 4 MiB, from cache; gqa8_decode_256, S1_gqa8_decode's
  * arithmetic on 2 MiB, from L2), S1
  * from a token-major cache (32 kv heads, and 8 with 4 query heads each),
- * the backward pass on S2 and S3 (S2_backward, S3_backward: d_q, d_k and
- * d_v from the forward's out and lse), its kv_len and
- * head_dim sweeps (bench/bench_attention.cc), one worker, on every
- * backend whose name contains FILTER (default: every SIMD backend of
- * library B), on the cases whose name contains SHAPES (default: all). Prints one line per case: median A and B time in us, B/A
- * median [q1, q3], rounds.
- * Build: bench/CMakeLists.txt (target qkv_ab_inprocess; plain C, -ldl). */
+ * S1 and S2 with f16, bf16 and int8 caches (S1_f16, S1_bf16, S1_int8,
+ * S2_f16; qkv_attention, the caches filled by library B's
+ * qkv_quantize_rows), the backward pass on S2 and S3 (S2_backward, S3_backward:
+ * d_q, d_k and d_v from the forward's out and lse), its kv_len and head_dim
+ * sweeps (bench/bench_attention.cc), one worker, on every backend whose name
+ * contains FILTER (default: every SIMD backend of library B), on the cases
+ * whose name contains SHAPES (default: all). Prints one line per case: median A
+ * and B time in us, B/A median [q1, q3], rounds. Build: bench/CMakeLists.txt
+ * (target qkv_ab_inprocess; plain C, -ldl). */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
 #include <math.h>
@@ -43,6 +45,11 @@ typedef qkv_status (*bwd_fn)(const qkv_attention_desc *, const float *,
                              const float *, const float *, const float *,
                              const float *, const float *, float *, float *,
                              float *, void *, size_t);
+typedef qkv_status (*gen_fn)(const qkv_attention_desc *, const float *,
+                             const void *, const void *, float *, float *,
+                             float *, void *, size_t);
+typedef qkv_status (*quant_fn)(qkv_dtype, int64_t, int64_t, const float *,
+                               int64_t, void *, int64_t, float *);
 typedef size_t (*count_fn)(void);
 typedef const char *(*name_fn)(size_t);
 
@@ -51,6 +58,8 @@ typedef struct {
   init_fn init;
   ws_fn ws;
   attn_fn attn;
+  gen_fn gen;
+  quant_fn quant;
   bws_fn bws;
   bwd_fn bwd;
   count_fn count;
@@ -76,6 +85,8 @@ static lib load(const char *path) {
   l.init = (init_fn)sym(l.handle, "qkv_attention_desc_init", path);
   l.ws = (ws_fn)sym(l.handle, "qkv_attention_workspace_size", path);
   l.attn = (attn_fn)sym(l.handle, "qkv_attention_f32", path);
+  l.gen = (gen_fn)sym(l.handle, "qkv_attention", path);
+  l.quant = (quant_fn)sym(l.handle, "qkv_quantize_rows", path);
   l.bws = (bws_fn)sym(l.handle, "qkv_attention_backward_workspace_size", path);
   l.bwd = (bwd_fn)sym(l.handle, "qkv_attention_backward_f32", path);
   l.count = (count_fn)sym(l.handle, "qkv_backend_count", path);
@@ -106,6 +117,7 @@ typedef struct {
   int64_t kv_heads; /* 0: heads */
   int token_major;  /* K and V [token][kv_heads][d] */
   int backward;     /* time qkv_attention_backward_f32 (d_q, d_k, d_v) */
+  qkv_dtype dtype;  /* of the K/V cache (qkv_attention) */
 } shape;
 
 /* The backward call's operands: the forward's out and lse, d_out and the
@@ -126,15 +138,18 @@ static float *floats(size_t n, unsigned seed) {
 
 /* Fastest of `calls` calls of l on desc, in us. */
 static double best(const lib *l, const qkv_attention_desc *d, const float *q,
-                   const float *k, const float *v, float *out, void *ws,
+                   const void *k, const void *v, float *out, void *ws,
                    size_t ws_size, int calls, const grads *g) {
   double t_best = 1e30;
   for (int c = 0; c < calls; ++c) {
     const double t0 = now_us();
     const qkv_status st =
-        g != NULL ? l->bwd(d, q, k, v, g->out, g->lse, g->d_out, g->d_q,
-                           g->d_k, g->d_v, ws, ws_size)
-                  : l->attn(d, q, k, v, out, NULL, NULL, ws, ws_size);
+        g != NULL ? l->bwd(d, q, k, v, g->out, g->lse, g->d_out, g->d_q, g->d_k,
+                           g->d_v, ws, ws_size)
+        : d->kv_dtype != QKV_DTYPE_F32
+            ? l->gen(d, q, k, v, out, NULL, NULL, ws, ws_size)
+            : l->attn(d, q, (const float *)k, (const float *)v, out, NULL, NULL,
+                      ws, ws_size);
     if (st != QKV_OK) {
       fprintf(stderr, "call failed\n");
       exit(3);
@@ -158,29 +173,46 @@ int main(int argc, char **argv) {
   const char *shape_filter = argc > 5 ? argv[5] : NULL;
   shape shapes[32];
   int n = 0;
-  shapes[n++] = (shape){"S1_decode", 32, 1, 4096, 128, 0, 0, 0, 0};
-  shapes[n++] = (shape){"S1_gqa8_decode", 64, 1, 4096, 128, 0, 8, 0, 0};
-  shapes[n++] = (shape){"gqa4_decode_16k", 32, 1, 16384, 128, 0, 8, 0, 0};
-  shapes[n++] = (shape){"gqa2_decode_16k", 16, 1, 16384, 128, 0, 8, 0, 0};
-  shapes[n++] = (shape){"gqa4_decode_512", 32, 1, 512, 128, 0, 8, 0, 0};
-  shapes[n++] = (shape){"gqa8_decode_256", 64, 1, 256, 128, 0, 8, 0, 0};
-  shapes[n++] = (shape){"S1_token_major", 32, 1, 4096, 128, 0, 0, 1, 0};
-  shapes[n++] = (shape){"S1_gqa4_token_m", 32, 1, 4096, 128, 0, 8, 1, 0};
-  shapes[n++] = (shape){"S2_prefill", 8, 1024, 1024, 64, 1, 0, 0, 0};
-  shapes[n++] = (shape){"S3_small", 4, 128, 128, 64, 0, 0, 0, 0};
-  shapes[n++] = (shape){"S4_toy", 1, 4, 4, 2, 0, 0, 0, 0};
-  shapes[n++] = (shape){"S2_backward", 8, 1024, 1024, 64, 1, 0, 0, 1};
-  shapes[n++] = (shape){"S3_backward", 4, 128, 128, 64, 0, 0, 0, 1};
+  shapes[n++] =
+      (shape){"S1_decode", 32, 1, 4096, 128, 0, 0, 0, 0, QKV_DTYPE_F32};
+  shapes[n++] =
+      (shape){"S1_gqa8_decode", 64, 1, 4096, 128, 0, 8, 0, 0, QKV_DTYPE_F32};
+  shapes[n++] =
+      (shape){"gqa4_decode_16k", 32, 1, 16384, 128, 0, 8, 0, 0, QKV_DTYPE_F32};
+  shapes[n++] =
+      (shape){"gqa2_decode_16k", 16, 1, 16384, 128, 0, 8, 0, 0, QKV_DTYPE_F32};
+  shapes[n++] =
+      (shape){"gqa4_decode_512", 32, 1, 512, 128, 0, 8, 0, 0, QKV_DTYPE_F32};
+  shapes[n++] =
+      (shape){"gqa8_decode_256", 64, 1, 256, 128, 0, 8, 0, 0, QKV_DTYPE_F32};
+  shapes[n++] =
+      (shape){"S1_token_major", 32, 1, 4096, 128, 0, 0, 1, 0, QKV_DTYPE_F32};
+  shapes[n++] =
+      (shape){"S1_gqa4_token_m", 32, 1, 4096, 128, 0, 8, 1, 0, QKV_DTYPE_F32};
+  shapes[n++] =
+      (shape){"S2_prefill", 8, 1024, 1024, 64, 1, 0, 0, 0, QKV_DTYPE_F32};
+  shapes[n++] = (shape){"S3_small", 4, 128, 128, 64, 0, 0, 0, 0, QKV_DTYPE_F32};
+  shapes[n++] = (shape){"S4_toy", 1, 4, 4, 2, 0, 0, 0, 0, QKV_DTYPE_F32};
+  shapes[n++] =
+      (shape){"S2_backward", 8, 1024, 1024, 64, 1, 0, 0, 1, QKV_DTYPE_F32};
+  shapes[n++] =
+      (shape){"S3_backward", 4, 128, 128, 64, 0, 0, 0, 1, QKV_DTYPE_F32};
+  shapes[n++] = (shape){"S1_f16", 32, 1, 4096, 128, 0, 0, 0, 0, QKV_DTYPE_F16};
+  shapes[n++] =
+      (shape){"S1_bf16", 32, 1, 4096, 128, 0, 0, 0, 0, QKV_DTYPE_BF16};
+  shapes[n++] = (shape){"S1_int8", 32, 1, 4096, 128, 0, 0, 0, 0, QKV_DTYPE_I8};
+  shapes[n++] = (shape){"S2_f16", 8, 1024, 1024, 64, 1, 0, 0, 0, QKV_DTYPE_F16};
   static char names[16][32];
   int m = 0;
   for (int64_t kv = 128; kv <= 16384; kv *= 2, ++m) {
     snprintf(names[m], sizeof names[m], "sweep_kv%lld", (long long)kv);
-    shapes[n++] = (shape){names[m], 4, 128, kv, 64, 0, 0, 0, 0};
+    shapes[n++] = (shape){names[m], 4, 128, kv, 64, 0, 0, 0, 0, QKV_DTYPE_F32};
   }
   const int64_t dims[] = {32, 64, 80, 128, 256};
   for (int i = 0; i < 5; ++i, ++m) {
     snprintf(names[m], sizeof names[m], "sweep_d%lld", (long long)dims[i]);
-    shapes[n++] = (shape){names[m], 4, 512, 512, dims[i], 0, 0, 0, 0};
+    shapes[n++] =
+        (shape){names[m], 4, 512, 512, dims[i], 0, 0, 0, 0, QKV_DTYPE_F32};
   }
   printf("%-16s %-16s %12s %12s %8s %17s %7s\n", "shape", "backend", "A us",
          "B us", "B/A", "[q1, q3]", "rounds");
@@ -210,6 +242,25 @@ int main(int argc, char **argv) {
       const size_t nk = (size_t)(kvh * sh->kv_len * sh->d);
       float *q = floats(nq, 1), *k = floats(nk, 2), *v = floats(nk, 3);
       float *out = floats(nq, 4);
+      /* A low-precision cache: k and v quantized in place (the f32 arrays
+       * are large enough for every type), I8 scales beside them. */
+      float *k_scales = NULL, *v_scales = NULL;
+      da.kv_dtype = db.kv_dtype = sh->dtype;
+      if (sh->dtype != QKV_DTYPE_F32) {
+        const int64_t rows = kvh * sh->kv_len;
+        if (sh->dtype == QKV_DTYPE_I8) {
+          k_scales = floats((size_t)rows, 10),
+          v_scales = floats((size_t)rows, 11);
+        }
+        float *tmp = floats(nk, 12);
+        memcpy(tmp, k, nk * 4);
+        b.quant(sh->dtype, rows, sh->d, tmp, sh->d, k, sh->d, k_scales);
+        memcpy(tmp, v, nk * 4);
+        b.quant(sh->dtype, rows, sh->d, tmp, sh->d, v, sh->d, v_scales);
+        free(tmp);
+        da.k_scales = db.k_scales = k_scales;
+        da.v_scales = db.v_scales = v_scales;
+      }
       size_t wa = a.ws(&da), wb = b.ws(&db);
       size_t wmax = wa > wb ? wa : wb;
       grads gr, *g = NULL;
@@ -254,13 +305,14 @@ int main(int argc, char **argv) {
       const double q1 = quantile(ratio, rounds, 0.25);
       const double med = quantile(ratio, rounds, 0.5);
       const double q3 = quantile(ratio, rounds, 0.75);
-      printf("%-16s %-16s %12.3f %12.3f %8.3f   [%5.3f, %5.3f] %7d\n",
-             sh->name, backend, quantile(ra, rounds, 0.5),
-             quantile(rb, rounds, 0.5), med, q1, q3, rounds);
+      printf("%-16s %-16s %12.3f %12.3f %8.3f   [%5.3f, %5.3f] %7d\n", sh->name,
+             backend, quantile(ra, rounds, 0.5), quantile(rb, rounds, 0.5), med,
+             q1, q3, rounds);
       fflush(stdout);
       free(ra), free(rb), free(ratio), free(ws);
       free(q), free(k), free(v), free(out);
       free(lse), free(d_out), free(dq), free(dk), free(dv);
+      free(k_scales), free(v_scales);
     }
   }
   return 0;
