@@ -253,7 +253,11 @@ inline bool LastSplitDone(const Problem& p, const unsigned char* shared,
 // token-major: 1.25x the dense call ungrouped, 1.14-1.19x grouped; 8 or 16
 // tiles gain a few percent more for 2x or 4x the workspace). Dense rows
 // keep one tile per task: their blocks stay cached anyway, and a tile's
-// output and queries stay in L1.
+// output and queries stay in L1. Low-precision K and V are grouped too: the
+// tiles of a group whose block starts at the same key share one
+// dequantized copy of it, made once instead of once per tile (S2 with an
+// f16 cache: 0.91-0.97x the time on the AVX-512 and AVX2 backends, 0.68-0.70x
+// on SSE4, whose binary16 conversion is integer code).
 constexpr int64_t kGroupTiles = 4;
 
 // Strided value rows are read this many keys at a time (AccumulateOutput):
@@ -262,10 +266,10 @@ constexpr int64_t kGroupTiles = 4;
 constexpr int64_t kStridedValueKeys = 16;
 
 inline bool GroupsTiles(const Problem& p) {
-  // Low-precision rows are read once per block into dense f32 rows anyway.
   return !UsesRowPath(p) && KeySplits(p) == 1 &&
-         p.score != QKV_SCORE_ADDITIVE && p.kv_dtype == QKV_DTYPE_F32 &&
-         (p.k_st > p.head_dim || p.v_st > p.value_dim);
+         p.score != QKV_SCORE_ADDITIVE &&
+         (p.kv_dtype != QKV_DTYPE_F32 || p.k_st > p.head_dim ||
+          p.v_st > p.value_dim);
 }
 
 inline int64_t TilesPerHead(const Problem& p, size_t tile_rows) {

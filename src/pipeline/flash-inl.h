@@ -805,21 +805,26 @@ struct Flash {
   // The key block of a tile that starts at j0 (up to kBlockKeys keys, not
   // past span.end): scores, epilogue, online softmax (running max and sum
   // in *m0, *l0 and, for RV 2, *m1, *l1), the output update, and with
-  // `prefetch` the prefetches that go with the block.
+  // `prefetch` the prefetches that go with the block. Low-precision rows
+  // are dequantized into the tile's kblk and vblk, or given already
+  // dequantized (kb, vb: rows from j0 on, as many as the block has or more).
   template <int RV>
   static QKV_FLASH_INLINE void TileBlock(const Problem& p, const Operands& op,
                                          const Tile& tile, int64_t rows,
                                          size_t R, const RowsSpan& span,
                                          const EpilogueTerms& terms,
                                          int64_t j0, bool prefetch, V* m0,
-                                         V* l0, V* m1, V* l1) {
+                                         V* l0, V* m1, V* l1,
+                                         const float* kb = nullptr,
+                                         const float* vb = nullptr) {
     const int64_t dv = p.value_dim, lk = p.kv_len;
     const int64_t nb = j0 + kBlockKeys < span.end ? kBlockKeys : span.end - j0;
     BlockPrefetch pf(prefetch, op, dv, j0, nb, span.end,
                      nb / TileUnroll<RV>(), dv / OutputUnroll<RV, false>(),
                      PrefetchTo::kL2);
     float* st = tile.st;
-    Scores<RV>(op, p.w_v, tile.qt, R, KeyBlock(op, j0, nb, tile.kblk), nb, st,
+    Scores<RV>(op, p.w_v, tile.qt, R,
+               kb != nullptr ? kb : KeyBlock(op, j0, nb, tile.kblk), nb, st,
                &pf.v);
     const bool masks = span.Masks(j0, nb);
     Epilogue<RV>(tile, rows, R, j0, nb, terms, masks, st);
@@ -832,7 +837,7 @@ struct Flash {
     V alpha0, alpha1 = O::Zero();
     SoftmaxBlock<RV>(st, R, nb, m0, l0, &alpha0, m1, l1, &alpha1);
     if (RV == 1) alpha1 = alpha0;
-    const float* v = ValueBlock(op, dv, j0, nb, tile.vblk);
+    const float* v = vb != nullptr ? vb : ValueBlock(op, dv, j0, nb, tile.vblk);
     const int64_t vs = op.v_st;
     // Keys that every row of the tile sees, [a, b) of the block, need no
     // guard (a bias can hide any key: all guarded). In a causal diagonal
@@ -919,13 +924,19 @@ struct Flash {
     }
   }
 
+  // Keys of the block that starts at j0 in a span that ends at `end`.
+  static int64_t BlockKeys(int64_t j0, int64_t end) {
+    return j0 + kBlockKeys < end ? kBlockKeys : end - j0;
+  }
+
   // A tile of a group: one key block, the running max and sum kept in
-  // tile.m and tile.sum between blocks.
+  // tile.m and tile.sum between blocks; kb, vb as TileBlock's.
   template <int RV>
   static void GroupTileBlock(const Problem& p, const Operands& op,
                              const Tile& tile, int64_t rows, size_t R,
                              const RowsSpan& span, const EpilogueTerms& terms,
-                             int64_t j0, bool prefetch) {
+                             int64_t j0, bool prefetch, const float* kb,
+                             const float* vb) {
     const size_t N = O::Lanes();
     V m0 = O::Load(tile.m), l0 = O::Load(tile.sum);
     V m1 = m0, l1 = l0;
@@ -934,16 +945,18 @@ struct Flash {
       l1 = O::Load(tile.sum + N);
     }
     TileBlock<RV>(p, op, tile, rows, R, span, terms, j0, prefetch, &m0, &l0,
-                  &m1, &l1);
+                  &m1, &l1, kb, vb);
     StoreRunning<RV>(tile, m0, l0, m1, l1);
   }
 
-  // Up to kGroupTiles tiles of one kv head (GroupsTiles: strided K/V), key
-  // block by key block: the k-th block of every tile, then the next. Each
-  // tile runs exactly the blocks, in the order, that RunTile would (its own
-  // span, from its own first key), so the results are RunTile's bits; only
-  // the interleaving differs, and with it how often a block of strided K/V
-  // rows comes from beyond L2: once per group instead of once per tile.
+  // Up to kGroupTiles tiles of one kv head (GroupsTiles: strided or
+  // low-precision K/V), key block by key block: the k-th block of every
+  // tile, then the next. Each tile runs exactly the blocks, in the order,
+  // that RunTile would (its own span, from its own first key), so the
+  // results are RunTile's bits; only the interleaving differs, and with it
+  // how often a block of strided K/V rows comes from beyond L2 and how
+  // often a low-precision block is dequantized: once per group (the tiles
+  // whose block starts at the same key) instead of once per tile.
   static void RunTileGroup(const Problem& p, const Operands& op,
                            const TileTask& task, unsigned char* workspace) {
     const size_t N = O::Lanes(), R = 2 * N;
@@ -978,17 +991,33 @@ struct Flash {
     }
     const bool prefetch = PrefetchesKv(p);
     const EpilogueTerms terms = TermsOf(p);
+    const bool convert = op.convert_k || op.convert_v;
     for (int64_t k = 0; k < blocks; ++k) {
       bool prefetched = false;  // the first tile still running prefetches
+      // The dequantized rows [at, at + have) of the round, in kb and vb.
+      int64_t at = -1, have = 0;
+      const float *kb = nullptr, *vb = nullptr;
       for (int64_t g = 0; g < count; ++g) {
         const int64_t j0 = spans[g].begin + k * kBlockKeys;
         if (j0 >= spans[g].end) continue;
+        if (convert && (j0 != at || BlockKeys(j0, spans[g].end) > have)) {
+          // Enough rows for every tile of the round that starts at j0.
+          at = j0;
+          have = 0;
+          for (int64_t h = g; h < count; ++h) {
+            if (spans[h].begin + k * kBlockKeys != j0) continue;
+            const int64_t nb = BlockKeys(j0, spans[h].end);
+            have = nb > have ? nb : have;
+          }
+          kb = KeyBlock(op, j0, have, tiles[g].kblk);
+          vb = ValueBlock(op, p.value_dim, j0, have, tiles[g].vblk);
+        }
         if (rows[g] <= static_cast<int64_t>(N)) {
           GroupTileBlock<1>(p, op, tiles[g], rows[g], N, spans[g], terms, j0,
-                            prefetch && !prefetched);
+                            prefetch && !prefetched, kb, vb);
         } else {
           GroupTileBlock<2>(p, op, tiles[g], rows[g], R, spans[g], terms, j0,
-                            prefetch && !prefetched);
+                            prefetch && !prefetched, kb, vb);
         }
         prefetched = true;
       }
