@@ -110,7 +110,10 @@ size_t XsimdEngines(const Engine** out, size_t max) {
   }
 #endif
 #if QKV_XSIMD_AVX2
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+  // F16C (binary16 loads) comes with every AVX2 CPU, as Highway's AVX2
+  // target assumes; checked anyway.
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c")) {
     add(XsimdAvx2Engine());
   }
 #endif

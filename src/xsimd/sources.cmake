@@ -15,7 +15,7 @@ if(_qkv_xs_cpu MATCHES "^(x86_64|amd64|x64|i[3-6]86|x86)$")
   set_source_files_properties(${_qkv_xs}/attention_xsimd_sse4_2.cc
     PROPERTIES COMPILE_OPTIONS "-msse4.2;${QKV_SIMD_OPT_FLOOR}")
   set_source_files_properties(${_qkv_xs}/attention_xsimd_avx2.cc
-    PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;${QKV_SIMD_OPT_FLOOR}")
+    PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;${QKV_SIMD_OPT_FLOOR}")
   set_source_files_properties(${_qkv_xs}/attention_xsimd_avx512f.cc
     PROPERTIES COMPILE_OPTIONS
       "-mavx512f;-mavx512cd;-mavx512dq;-mavx512bw;-mavx512vl;-mfma;${QKV_SIMD_OPT_FLOOR}")
