@@ -13,6 +13,9 @@
 // defines a symbol another can bind to.
 #include "engine.h"
 
+#if QKV_XSIMD_AVX2
+#include <cpuid.h>
+#endif
 #if QKV_XSIMD_NEON && defined(__linux__)
 #include <asm/hwcap.h>
 #include <sys/auxv.h>
@@ -111,9 +114,13 @@ size_t XsimdEngines(const Engine** out, size_t max) {
 #endif
 #if QKV_XSIMD_AVX2
   // F16C (binary16 loads) comes with every AVX2 CPU, as Highway's AVX2
-  // target assumes; checked anyway.
+  // target assumes; checked anyway, with CPUID (leaf 1, ECX): clang 14's
+  // __builtin_cpu_supports has no "f16c".
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c =
+      __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c")) {
+      f16c) {
     add(XsimdAvx2Engine());
   }
 #endif
