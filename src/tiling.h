@@ -31,6 +31,11 @@ namespace {  // NOLINT(build/namespaces)
 // (8 KiB with R = 32), which stays in L1 next to the packed queries.
 constexpr int64_t kBlockKeys = 64;
 
+// Keys of the block that starts at j0 of keys that stop at `end`.
+inline int64_t BlockKeys(int64_t j0, int64_t end) {
+  return j0 + kBlockKeys < end ? kBlockKeys : end - j0;
+}
+
 // A (batch, kv head) with at most this many query rows (GQA group x q_len)
 // takes the row path: decoding is memory-bound, and reading each K and V row
 // once, contiguously, beats filling lanes with rows that are not there.
@@ -510,13 +515,8 @@ struct BlockPrefetch {
       : v(on, op.vsrc.base + j0 * op.vsrc.row_bytes, nb,
           dv * KvElementBytes(op.vsrc.dtype), op.vsrc.row_bytes, v_steps, to),
         k(on, op.ksrc.base + (j0 + nb) * op.ksrc.row_bytes,
-          NextBlockKeys(j0 + nb, stop), op.dim * KvElementBytes(op.ksrc.dtype),
+          BlockKeys(j0 + nb, stop), op.dim * KvElementBytes(op.ksrc.dtype),
           op.ksrc.row_bytes, k_steps, to) {}
-
- private:
-  static int64_t NextBlockKeys(int64_t next, int64_t stop) {
-    return next + kBlockKeys < stop ? kBlockKeys : stop - next;
-  }
 };
 
 // ---------------------------------------------------------------- workspace

@@ -818,7 +818,7 @@ struct Flash {
                                          const float* kb = nullptr,
                                          const float* vb = nullptr) {
     const int64_t dv = p.value_dim, lk = p.kv_len;
-    const int64_t nb = j0 + kBlockKeys < span.end ? kBlockKeys : span.end - j0;
+    const int64_t nb = BlockKeys(j0, span.end);
     BlockPrefetch pf(prefetch, op, dv, j0, nb, span.end,
                      nb / TileUnroll<RV>(), dv / OutputUnroll<RV, false>(),
                      PrefetchTo::kL2);
@@ -922,11 +922,6 @@ struct Flash {
       O::Store(m1, tile.m + N);
       O::Store(l1, tile.sum + N);
     }
-  }
-
-  // Keys of the block that starts at j0 in a span that ends at `end`.
-  static int64_t BlockKeys(int64_t j0, int64_t end) {
-    return j0 + kBlockKeys < end ? kBlockKeys : end - j0;
   }
 
   // A tile of a group: one key block, the running max and sum kept in
@@ -1716,7 +1711,7 @@ struct Flash {
     const int64_t s_floats = static_cast<int64_t>(RowScoreFloats(O::Lanes()));
     for (int64_t j0 = start; j0 < stop; j0 += kBlockKeys) {
       // The first row's scores prefetch this block's V and the next K.
-      const int64_t nb_all = j0 + kBlockKeys < stop ? kBlockKeys : stop - j0;
+      const int64_t nb_all = BlockKeys(j0, stop);
       BlockPrefetch pf(prefetch, op, dv, j0, nb_all, stop, nb_all / 4,
                        joint && rows >= 4 ? nb_all / 2 : nb_all / 4,
                        PrefetchTo::kL2);
