@@ -11,6 +11,9 @@
 #if QKV_HAVE_HIGHWAY || QKV_HAVE_XSIMD
 #define QKV_RUNTIME_ENGINE_LIST 1
 #include <atomic>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #else
 #define QKV_RUNTIME_ENGINE_LIST 0
 #endif
@@ -25,11 +28,37 @@ constexpr size_t kMaxEngines = 16;
 struct EngineList {
   const Engine* engines[kMaxEngines];
   size_t count;
-  bool forced;  // QKV_BACKEND named the default
+  bool forced;     // QKV_BACKEND named the default
+  bool keys_late;  // KeysPrefetchedLate()
 };
+
+// AMD's x86 cores (and Hygon's, the same design): CPUID leaf 0's vendor.
+bool AmdCpu() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &a, &b, &c, &d) == 0) return false;
+  char vendor[13];
+  memcpy(vendor, &b, 4);
+  memcpy(vendor + 4, &d, 4);
+  memcpy(vendor + 8, &c, 4);
+  vendor[12] = '\0';
+  return strcmp(vendor, "AuthenticAMD") == 0 ||
+         strcmp(vendor, "HygonGenuine") == 0;
+#else
+  return false;
+#endif
+}
 
 EngineList MakeEngineList() {
   EngineList list = {};
+  // QKV_KEY_PREFETCH=scores or =values overrides the CPU's choice (other
+  // values are ignored).
+  const char* keys = getenv("QKV_KEY_PREFETCH");
+  if (keys != nullptr && strcmp(keys, "values") == 0) {
+    list.keys_late = true;
+  } else if (keys == nullptr || strcmp(keys, "scores") != 0) {
+    list.keys_late = AmdCpu();
+  }
 #if QKV_HAVE_HIGHWAY
   list.count = HighwayEngines(list.engines, kMaxEngines - 1);
 #endif
@@ -83,6 +112,8 @@ const EngineList& Engines() {
 }  // namespace
 
 size_t EngineCount() { return Engines().count; }
+
+bool KeysPrefetchedLate() { return Engines().keys_late; }
 
 const Engine* EngineAt(size_t index) {
   const EngineList& list = Engines();
@@ -156,6 +187,8 @@ size_t Forced() {
 }  // namespace
 
 size_t EngineCount() { return kEngineCount; }
+
+bool KeysPrefetchedLate() { return false; }  // no SIMD pipeline here
 
 const Engine* EngineAt(size_t index) {
   if (index >= kEngineCount) return nullptr;

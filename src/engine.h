@@ -167,6 +167,12 @@ extern const Engine kHeliumEngine;
 // constant table and keep no mutable state.
 size_t EngineCount();
 const Engine* EngineAt(size_t index);
+// Whether the SIMD pipeline's row path, streaming K and V from memory one
+// row at a time, prefetches the next key block during a block's values
+// (true: AMD CPUs) or during its scores (false: elsewhere). The environment
+// variable QKV_KEY_PREFETCH=values or =scores, read once with the engine
+// list, overrides it. Results are the same bits either way.
+bool KeysPrefetchedLate();
 const Engine* FindEngine(const char* name);  // NULL when not runnable here
 // The building blocks of a SIMD engine of the list; NULL for the scalar
 // engines (and in builds without SIMD engines).

@@ -431,7 +431,9 @@ inline bool PrefetchesKv(const Problem& p) {
 // it, but an L1 prefetch holds one of the core's few L1 miss buffers until
 // its line arrives: into L2, S1 decoding took 0.96x the time (Emerald
 // Rapids, highway:AVX3 and AVX2). On x86 that is prefetcht2
-// (locality 1; prefetcht1 measured 3.4 ms on Zen 4); GCC's locality 2 is
+// (locality 1; prefetcht1 measured 3.4 ms on Zen 4; prefetcht0 and
+// prefetchnta, with keys prefetched during the values, 1.08-1.73x the
+// time of prefetcht2 on S1 decoding, Zen 4); GCC's locality 2 is
 // AArch64's PLDL2KEEP. kL1 is kept for experiments.
 enum class PrefetchTo { kL1, kL2 };
 #if defined(__x86_64__) || defined(__i386__)

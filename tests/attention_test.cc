@@ -344,6 +344,13 @@ std::vector<Case> AllCases() {
                    .WithLens(Lens::kPerQuery));
   cs.push_back(Shape("streamed_kv", 2, 2, 1, 1, 131072, 8, 12)
                    .WithLens(Lens::kPerBatch));  // row path, key splits
+  // Decoding one row per kv head with value rows wider than one pass of
+  // accumulators (on AMD CPUs taken 8 keys at a time while the next keys
+  // stream in), -inf bias entries (probabilities of 0), short last blocks.
+  cs.push_back(Shape("streamed_kv", 1, 2, 2, 1, 8200, 128, 256)
+                   .WithBias(Bias::kFull, true));
+  cs.push_back(Shape("streamed_kv", 2, 3, 3, 1, 9000, 64, 200)
+                   .WithLens(Lens::kPerBatch));
   // Bias: strides, broadcasting, -inf entries and rows, combinations.
   cs.push_back(
       Shape("bias_full", 2, 3, 3, 9, 17, 16, 16).WithBias(Bias::kFull));

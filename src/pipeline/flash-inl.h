@@ -1437,24 +1437,64 @@ struct Flash {
     }
   }
 
-  static void RowOutput(const float* __restrict pr, const float* __restrict v,
-                        int64_t dv, int64_t vs, int64_t nb, float alpha,
-                        float* __restrict o) {
+  // o[c] = o[c] * alpha + sum_j pr[j] v_j[c], c < dv, for nb value rows
+  // of E; pk (or NULL) steps once a key.
+  template <class E>
+  static void RowOutputWidth(const float* __restrict pr,
+                             const typename E::T* __restrict v, int64_t dv,
+                             int64_t vs, int64_t nb, float alpha,
+                             float* __restrict o, PrefetchStream* pk) {
     const int64_t N = static_cast<int64_t>(O::Lanes());
     int64_t c = 0;
     for (; c + 8 * N <= dv; c += 8 * N) {
-      RowOutputColumnsOf<F32Rows, 8>(pr, v + c, vs, nb, alpha, o + c);
+      if (c == 0 && pk != nullptr) {
+        RowOutputColumnsOf<E, 8, true>(pr, v + c, vs, nb, alpha, o + c, pk);
+      } else {
+        RowOutputColumnsOf<E, 8>(pr, v + c, vs, nb, alpha, o + c);
+      }
     }
     for (; c + N <= dv; c += N) {
-      RowOutputColumnsOf<F32Rows, 1>(pr, v + c, vs, nb, alpha, o + c);
+      if (c == 0 && pk != nullptr) {
+        RowOutputColumnsOf<E, 1, true>(pr, v + c, vs, nb, alpha, o + c, pk);
+      } else {
+        RowOutputColumnsOf<E, 1>(pr, v + c, vs, nb, alpha, o + c);
+      }
     }
     for (; c < dv; ++c) {
       float acc = o[c] * alpha;
       for (int64_t j = 0; j < nb; ++j) {
-        if (pr[j] != 0.0f) acc += pr[j] * v[j * vs + c];
+        if (pr[j] != 0.0f) acc += pr[j] * E::At(v + j * vs, c);
       }
       o[c] = acc;
     }
+  }
+
+  // RowOutputWidth; with pk (the next block's keys streaming in, one
+  // line... a key) and more columns than one pass holds, kValueKeys keys at
+  // a time through every column, so that a value row is used up before the
+  // prefetches can evict it from L1 (each later group rescales by 1:
+  // exact, the same bits).
+  static constexpr int64_t kValueKeys = 8;
+  template <class E>
+  static void RowOutputOf(const float* __restrict pr,
+                          const typename E::T* __restrict v, int64_t dv,
+                          int64_t vs, int64_t nb, float alpha,
+                          float* __restrict o, PrefetchStream* pk) {
+    const int64_t N = static_cast<int64_t>(O::Lanes());
+    if (pk == nullptr || dv <= 8 * N) {
+      return RowOutputWidth<E>(pr, v, dv, vs, nb, alpha, o, pk);
+    }
+    for (int64_t j = 0; j < nb; j += kValueKeys) {
+      const int64_t n = nb - j < kValueKeys ? nb - j : kValueKeys;
+      RowOutputWidth<E>(pr + j, v + j * vs, dv, vs, n, j == 0 ? alpha : 1.0f,
+                        o, pk);
+    }
+  }
+
+  static void RowOutput(const float* __restrict pr, const float* __restrict v,
+                        int64_t dv, int64_t vs, int64_t nb, float alpha,
+                        float* __restrict o, PrefetchStream* pk = nullptr) {
+    RowOutputOf<F32Rows>(pr, v, dv, vs, nb, alpha, o, pk);
   }
 
   // Dot scores of one row with keys [j0, j0 + nb) of src (kDot: finish 1,
@@ -1488,11 +1528,13 @@ struct Flash {
   }
 
   // o[c] = o[c] * alpha + sum_j pr[j] v_j[c] for U vectors of columns of
-  // value rows of E (F32Rows: the f32 row path's; the fused path's types).
-  template <class E, int U>
+  // value rows of E (F32Rows: the f32 row path's; the fused path's types);
+  // kStep: pk steps once a key.
+  template <class E, int U, bool kStep = false>
   __attribute__((noinline)) static void RowOutputColumnsOf(
       const float* __restrict pr, const typename E::T* __restrict v,
-      int64_t vs, int64_t nb, float alpha, float* __restrict o) {
+      int64_t vs, int64_t nb, float alpha, float* __restrict o,
+      PrefetchStream* pk = nullptr) {
     const size_t N = O::Lanes();
     const V va = O::Set(alpha);
 #define QKV_DECL(u) \
@@ -1501,6 +1543,7 @@ struct Flash {
     QKV_UNROLL8(QKV_DECL)
 #undef QKV_DECL
     for (int64_t j = 0; j < nb; ++j) {
+      if (kStep) pk->Step();
       if (pr[j] == 0.0f) continue;  // a hidden key's value is never read
       const V b = O::Set(pr[j]);
       const typename E::T* __restrict vj = v + j * vs;
@@ -1516,43 +1559,30 @@ struct Flash {
   }
 
   template <class E>
-  static void RowOutputOf(float* __restrict pr, const KvSource& src,
-                          int64_t j0, int64_t dv, int64_t nb, float alpha,
-                          float* __restrict o) {
+  static void RowOutputFrom(float* __restrict pr, const KvSource& src,
+                            int64_t j0, int64_t dv, int64_t nb, float alpha,
+                            float* __restrict o, PrefetchStream* pk) {
     using T = typename E::T;
-    const int64_t N = static_cast<int64_t>(O::Lanes());
     const int64_t vs = src.row_bytes / static_cast<int64_t>(sizeof(T));
     const T* v = reinterpret_cast<const T*>(src.base) + j0 * vs;
     if (src.dtype == QKV_DTYPE_I8) {  // the rows' scales into the weights
       const float* sc = src.scales + j0 * src.scale_st;
       for (int64_t j = 0; j < nb; ++j) pr[j] *= sc[j * src.scale_st];
     }
-    int64_t c = 0;
-    for (; c + 8 * N <= dv; c += 8 * N) {
-      RowOutputColumnsOf<E, 8>(pr, v + c, vs, nb, alpha, o + c);
-    }
-    for (; c + N <= dv; c += N) {
-      RowOutputColumnsOf<E, 1>(pr, v + c, vs, nb, alpha, o + c);
-    }
-    for (; c < dv; ++c) {
-      float acc = o[c] * alpha;
-      for (int64_t j = 0; j < nb; ++j) {
-        if (pr[j] != 0.0f) acc += pr[j] * E::At(v + j * vs, c);
-      }
-      o[c] = acc;
-    }
+    RowOutputOf<E>(pr, v, dv, vs, nb, alpha, o, pk);
   }
 
   static void RowOutputLowPrecision(float* pr, const KvSource& src,
                                     int64_t j0, int64_t dv, int64_t nb,
-                                    float alpha, float* o) {
+                                    float alpha, float* o,
+                                    PrefetchStream* pk) {
     switch (src.dtype) {
       case QKV_DTYPE_F16:
-        return RowOutputOf<F16Rows>(pr, src, j0, dv, nb, alpha, o);
+        return RowOutputFrom<F16Rows>(pr, src, j0, dv, nb, alpha, o, pk);
       case QKV_DTYPE_BF16:
-        return RowOutputOf<BF16Rows>(pr, src, j0, dv, nb, alpha, o);
+        return RowOutputFrom<BF16Rows>(pr, src, j0, dv, nb, alpha, o, pk);
       default:
-        return RowOutputOf<I8Rows>(pr, src, j0, dv, nb, alpha, o);
+        return RowOutputFrom<I8Rows>(pr, src, j0, dv, nb, alpha, o, pk);
     }
   }
 
@@ -1708,13 +1738,31 @@ struct Flash {
     // a time; joint rows prefetching only in the scores measured 1.04-1.06x
     // slower on Zen 4); 2 rows go one at a time (joint: 0.99-1.02x).
     const bool joint = (!prefetch || rows >= 4) && JointRows(op, tile, rows);
+    // Where the next block's keys are prefetched when rows go one at a time:
+    // during the first row's scores, beside this block's values (Intel), or
+    // during its values (keys_late: AMD; S1 decoding from DRAM on Zen 4,
+    // f32 0.80-0.92x the time, f16 and bf16 0.77-0.97x; on Emerald Rapids
+    // 1.01-1.05x). KeysPrefetchedLate() says which (src/engine.h). Not
+    // where converting the block is the bound, int8 and binary16 without
+    // F16C (4-lane x86 targets): there the extra steps cost 1.01-1.09x.
+    const bool keys_late =
+        prefetch && !joint && KeysPrefetchedLate() &&
+        op.ksrc.dtype != QKV_DTYPE_I8 &&
+        !(op.ksrc.dtype == QKV_DTYPE_F16 && O::Lanes() < 8);
     const int64_t s_floats = static_cast<int64_t>(RowScoreFloats(O::Lanes()));
     for (int64_t j0 = start; j0 < stop; j0 += kBlockKeys) {
       // The first row's scores prefetch this block's V and the next K.
       const int64_t nb_all = BlockKeys(j0, stop);
+      // With keys_late (one row at a time) the next block's keys stream in
+      // during the first row's values instead (pk, a key's share a key).
       BlockPrefetch pf(prefetch, op, dv, j0, nb_all, stop, nb_all / 4,
-                       joint && rows >= 4 ? nb_all / 2 : nb_all / 4,
+                       joint && rows >= 4 ? nb_all / 2
+                       : keys_late        ? 0
+                                          : nb_all / 4,
                        PrefetchTo::kL2);
+      BlockPrefetch late(keys_late, op, dv, j0, nb_all, stop, 0, nb_all,
+                         PrefetchTo::kL2);
+      PrefetchStream& pk = late.k;
       // The block's keys and values, read once for all rows (low-precision
       // ones dequantized here): row j at k + (j - j0) * ks. Values are
       // converted after the first row's scores, which prefetch them.
@@ -1753,12 +1801,12 @@ struct Flash {
         const float alpha = RowProbabilities(p, tile, r, lo, nb, st);
         if (fused_v) {
           RowOutputLowPrecision(st, op.vsrc, lo, dv, nb, alpha,
-                                tile.o_rows + r * dv);
+                                tile.o_rows + r * dv, keys_late && r == 0 ? &pk : nullptr);
           continue;
         }
         if (v == nullptr) v = ValueBlock(op, dv, j0, nb_all, tile.vblk);
         RowOutput(st, v + (lo - j0) * vs, dv, vs, nb, alpha,
-                  tile.o_rows + r * dv);
+                  tile.o_rows + r * dv, keys_late && r == 0 ? &pk : nullptr);
       }
     }
     FinishRows(p, task, shared, tile);
@@ -1879,7 +1927,7 @@ struct Flash {
         float* pr = tile.s_row + r * s_floats + (a - lo);
         if (fused) {
           RowOutputLowPrecision(pr, op.vsrc, a, dv, e - a, alpha,
-                                tile.o_rows + r * dv);
+                                tile.o_rows + r * dv, nullptr);
         } else {
           RowOutput(pr, op.v + a * op.v_st, dv, op.v_st, e - a, alpha,
                     tile.o_rows + r * dv);
