@@ -1469,11 +1469,11 @@ struct Flash {
     }
   }
 
-  // RowOutputWidth; with pk (the next block's keys streaming in, one
-  // line... a key) and more columns than one pass holds, kValueKeys keys at
-  // a time through every column, so that a value row is used up before the
-  // prefetches can evict it from L1 (each later group rescales by 1:
-  // exact, the same bits).
+  // RowOutputWidth; with pk (the next block's keys streaming in, a step a
+  // key) and more columns than one pass of accumulators holds, kValueKeys
+  // keys at a time through every column, so that a value row is used up
+  // before the prefetches can evict it from L1 (each later group rescales
+  // by 1: exact, the same bits).
   static constexpr int64_t kValueKeys = 8;
   template <class E>
   static void RowOutputOf(const float* __restrict pr,
