@@ -1751,7 +1751,7 @@ struct Flash {
         !(op.ksrc.dtype == QKV_DTYPE_F16 && O::Lanes() < 8);
     const int64_t s_floats = static_cast<int64_t>(RowScoreFloats(O::Lanes()));
     for (int64_t j0 = start; j0 < stop; j0 += kBlockKeys) {
-      // The first row's scores prefetch this block's V and the next K.
+      // The first row's scores prefetch this block's V (and the next K).
       const int64_t nb_all = BlockKeys(j0, stop);
       // With keys_late (one row at a time) the next block's keys stream in
       // during the first row's values instead (pk, a key's share a key).
@@ -1762,7 +1762,7 @@ struct Flash {
                        PrefetchTo::kL2);
       BlockPrefetch late(keys_late, op, dv, j0, nb_all, stop, 0, nb_all,
                          PrefetchTo::kL2);
-      PrefetchStream& pk = late.k;
+      PrefetchStream* const pk = keys_late ? &late.k : nullptr;
       // The block's keys and values, read once for all rows (low-precision
       // ones dequantized here): row j at k + (j - j0) * ks. Values are
       // converted after the first row's scores, which prefetch them.
@@ -1801,12 +1801,12 @@ struct Flash {
         const float alpha = RowProbabilities(p, tile, r, lo, nb, st);
         if (fused_v) {
           RowOutputLowPrecision(st, op.vsrc, lo, dv, nb, alpha,
-                                tile.o_rows + r * dv, keys_late && r == 0 ? &pk : nullptr);
+                                tile.o_rows + r * dv, r == 0 ? pk : nullptr);
           continue;
         }
         if (v == nullptr) v = ValueBlock(op, dv, j0, nb_all, tile.vblk);
         RowOutput(st, v + (lo - j0) * vs, dv, vs, nb, alpha,
-                  tile.o_rows + r * dv, keys_late && r == 0 ? &pk : nullptr);
+                  tile.o_rows + r * dv, r == 0 ? pk : nullptr);
       }
     }
     FinishRows(p, task, shared, tile);
