@@ -351,6 +351,15 @@ std::vector<Case> AllCases() {
                    .WithBias(Bias::kFull, true));
   cs.push_back(Shape("streamed_kv", 2, 3, 3, 1, 9000, 64, 200)
                    .WithLens(Lens::kPerBatch));
+  // The first row's scores read a block's keys from memory one key after
+  // the other (RowScores, KeyMajorScores): head_dim past whole vectors,
+  // every score kind, a last step of fewer than 4 keys.
+  cs.push_back(Shape("streamed_kv", 1, 2, 2, 1, 9003, 100, 36)
+                   .WithLens(Lens::kPerBatch));
+  cs.push_back(Shape("streamed_kv", 1, 2, 2, 1, 9005, 100, 36)
+                   .Score(QKV_SCORE_GAUSSIAN));
+  cs.push_back(Shape("streamed_kv", 1, 1, 1, 1, 45001, 16, 24)
+                   .Score(QKV_SCORE_ADDITIVE, 24));
   // Bias: strides, broadcasting, -inf entries and rows, combinations.
   cs.push_back(
       Shape("bias_full", 2, 3, 3, 9, 17, 16, 16).WithBias(Bias::kFull));
