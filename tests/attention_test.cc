@@ -360,6 +360,10 @@ std::vector<Case> AllCases() {
                    .Score(QKV_SCORE_GAUSSIAN));
   cs.push_back(Shape("streamed_kv", 1, 1, 1, 1, 45001, 16, 24)
                    .Score(QKV_SCORE_ADDITIVE, 24));
+  // Joint rows (GQA 4 and 8 decoding) streaming their keys (RowScoresRows
+  // one key after the other on x86; RowScores8).
+  cs.push_back(Shape("streamed_kv", 1, 4, 1, 1, 20003, 100, 36));
+  cs.push_back(Shape("streamed_kv", 1, 8, 1, 1, 12002, 128, 64));
   // Bias: strides, broadcasting, -inf entries and rows, combinations.
   cs.push_back(
       Shape("bias_full", 2, 3, 3, 9, 17, 16, 16).WithBias(Bias::kFull));
