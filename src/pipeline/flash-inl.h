@@ -1801,6 +1801,15 @@ struct Flash {
         prefetch && !joint && KeysPrefetchedLate() &&
         op.ksrc.dtype != QKV_DTYPE_I8 &&
         !(op.ksrc.dtype == QKV_DTYPE_F16 && O::Lanes() < 8);
+    // With keys_late, f32 keys on 16-lane targets are left to the hardware
+    // prefetchers, which follow the first row's scores reading them in
+    // order (KeyMajorScores): S1 on Zen 4, 0.93-0.95x the time. The value
+    // pass still goes 8 keys at a time (pk steps a stream with nothing to
+    // do). Not on 8- and 4-lane targets (1.00x, and 1.13x on SSE4), nor
+    // for binary16 and bfloat16 keys (1.15-1.20x); joint rows without
+    // their key prefetches measured 1.1-1.4x (GQA-4 and GQA-8).
+    const bool hardware_keys =
+        keys_late && op.ksrc.dtype == QKV_DTYPE_F32 && O::Lanes() >= 16;
     const int64_t s_floats = static_cast<int64_t>(RowScoreFloats(O::Lanes()));
     for (int64_t j0 = start; j0 < stop; j0 += kBlockKeys) {
       // The first row's scores prefetch this block's V (and the next K).
@@ -1812,8 +1821,8 @@ struct Flash {
                        : keys_late        ? 0
                                           : nb_all / 4,
                        PrefetchTo::kL2);
-      BlockPrefetch late(keys_late, op, dv, j0, nb_all, stop, 0, nb_all,
-                         PrefetchTo::kL2);
+      BlockPrefetch late(keys_late && !hardware_keys, op, dv, j0, nb_all,
+                         stop, 0, nb_all, PrefetchTo::kL2);
       PrefetchStream* const pk = keys_late ? &late.k : nullptr;
       // For the scores that read the block's keys first (the first row's,
       // or the joint rows'), streaming them from memory and stepping the
