@@ -1294,11 +1294,17 @@ struct Flash {
   // int8 does, bound by its conversions: 1.03-1.19x). From cache (the
   // other rows) the interleaved order loads each query vector once for 4
   // keys (GQA-8 from DRAM on AVX2, rows one at a time: 1.10x the time all
-  // rows key by key).
+  // rows key by key). x86 only: on AArch64 the key-by-key loops took 1.15-
+  // 1.34x the instructions per (query, key) of S1 decoding
+  // (bench/arm_icount.sh), and no ARM machine here measured a gain.
   template <class E>
   static constexpr bool KeyMajorScores() {
+#if defined(__x86_64__) || defined(__i386__)
     return std::is_same<E, F32Rows>::value ||
            (O::kTransposeLanes == 16 && !std::is_same<E, I8Rows>::value);
+#else
+    return false;
+#endif
   }
 
   template <int kKind, class E = F32Rows>
