@@ -1150,7 +1150,7 @@ struct Flash {
   // steps once every 4 keys. Given pf (keys streamed from memory), x86
   // targets take a step's keys one after the other, as RowScores does
   // (KeyMajorScores; per (row, key) the same operations: the same bits):
-  // GQA-4 decoding from DRAM on Zen 4, 0.96-0.98x the time on AVX-512 and
+  // GQA-4 decoding from DRAM on Zen 4, 0.96-0.99x the time on AVX-512 and
   // AVX2; from cache, or on 4-lane targets, 0.99-1.09x, so not there.
   template <int R, int kKind, class E>
   __attribute__((noinline)) static void RowScoresRows(
@@ -1268,7 +1268,9 @@ struct Flash {
   }
 
   // The vector terms of one key's score: q . k (or its kind's terms) over
-  // the first d_full elements, in one accumulator.
+  // the first d_full elements, in one accumulator. (RowScores' last keys
+  // spell the same loop out: written through this function they changed
+  // code generation elsewhere, highway:SSE4 f16 decoding 1.42x.)
   template <int kKind, class E>
   static QKV_FLASH_INLINE V KeyScoreTerms(const float* __restrict q,
                                           const typename E::T* __restrict k,
@@ -1809,7 +1811,7 @@ struct Flash {
         !(op.ksrc.dtype == QKV_DTYPE_F16 && O::Lanes() < 8);
     // With keys_late, f32 keys on 16-lane targets are left to the hardware
     // prefetchers, which follow the first row's scores reading them in
-    // order (KeyMajorScores): S1 on Zen 4, 0.93-0.95x the time. The value
+    // order (KeyMajorScores): S1 on Zen 4, 0.92-0.96x the time. The value
     // pass still goes 8 keys at a time (pk steps a stream with nothing to
     // do). Not on 8- and 4-lane targets (1.00x, and 1.13x on SSE4), nor
     // for binary16 and bfloat16 keys (1.15-1.20x); joint rows without
