@@ -9,7 +9,8 @@
 // per-target namespace (Highway compiles its engine once per target, each
 // pass under that target's attributes), once per target. The includer sets
 // QKV_TRANSPOSE_BITS to 512 or 256 for the overload it wants and has
-// <immintrin.h> in scope.
+// <immintrin.h> in scope. With 512 it also gets SumRegisters, the lane sums
+// of 16 vectors in the order the transpose and a tree of adds give.
 #if QKV_TRANSPOSE_BITS == 512
 
 static inline __attribute__((always_inline)) void TransposeRegisters(
@@ -36,6 +37,38 @@ static inline __attribute__((always_inline)) void TransposeRegisters(
     v[8 + m] = _mm512_shuffle_f32x4(c1, c3, 0x88);
     v[12 + m] = _mm512_shuffle_f32x4(c1, c3, 0xDD);
   }
+}
+
+// Lane i of the result: the sum of v[i]'s 16 lanes, added as a 16 x 16
+// transpose followed by a tree of adds would add them (((l0 + l1) +
+// (l2 + l3)) + ((l4 + l5) + (l6 + l7))) + (the same for lanes 8..15), so the
+// same bits, in 30 shuffles and 15 adds instead of 64 and 15. Each step
+// adds the even and odd elements (or 128-bit blocks) of two vectors, side
+// by side.
+static inline __attribute__((always_inline)) __m512 SumRegisters(
+    const __m512* v) {
+  // Per 128-bit block k of p[i]: v[2i] lanes 4k+(0+1), 4k+(2+3), then
+  // v[2i+1]'s.
+  __m512 p[8];
+  for (int i = 0; i < 8; ++i) {
+    p[i] = _mm512_add_ps(_mm512_shuffle_ps(v[2 * i], v[2 * i + 1], 0x88),
+                         _mm512_shuffle_ps(v[2 * i], v[2 * i + 1], 0xDD));
+  }
+  // Block k of s[i]: lanes 4k..4k+3 of v[4i], v[4i+1], v[4i+2], v[4i+3].
+  __m512 s[4];
+  for (int i = 0; i < 4; ++i) {
+    s[i] = _mm512_add_ps(_mm512_shuffle_ps(p[2 * i], p[2 * i + 1], 0x88),
+                         _mm512_shuffle_ps(p[2 * i], p[2 * i + 1], 0xDD));
+  }
+  // Blocks of h[i]: lanes 0..7 then 8..15 of v[8i..8i+3], the same of
+  // v[8i+4..8i+7].
+  __m512 h[2];
+  for (int i = 0; i < 2; ++i) {
+    h[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0xDD));
+  }
+  return _mm512_add_ps(_mm512_shuffle_f32x4(h[0], h[1], 0x88),
+                       _mm512_shuffle_f32x4(h[0], h[1], 0xDD));
 }
 
 #elif QKV_TRANSPOSE_BITS == 256

@@ -176,6 +176,41 @@ TEST_P(Blocks, TransposeIsATranspose) {
   }
 }
 
+// The 8-row decoding scores' lane sums (RowScores8), bit for bit the order
+// a transpose and a tree of adds of adjacent lanes give: ((l0 + l1) +
+// (l2 + l3)) + ((l4 + l5) + (l6 + l7)), the same for lanes 8..15, then the
+// two halves. Magnitudes from 2^-20 to 2^20 with both signs, so that any
+// other order or lane gives other bits.
+TEST_P(Blocks, SumLanesAddsAdjacentLanesPairwise) {
+  if (b().transpose_lanes != 16) {
+    GTEST_SKIP() << "the 16-lane sums are AVX-512's";
+  }
+  std::mt19937 rng(11);
+  std::vector<float> m(256);
+  for (int round = 0; round < 50; ++round) {
+    for (float& x : m) {
+      const int e = static_cast<int>(rng() % 41) - 20;
+      const float sign = rng() % 2 ? -1.0f : 1.0f;
+      x = sign * std::ldexp(1.0f + static_cast<float>(rng() % 1000) / 999.0f,
+                            e);
+    }
+    float sums[16];
+    b().sum_lanes(m.data(), sums);
+    for (int i = 0; i < 16; ++i) {
+      const float* l = m.data() + 16 * i;
+      float half[2];
+      for (int h = 0; h < 2; ++h) {
+        const float* a = l + 8 * h;
+        half[h] = ((a[0] + a[1]) + (a[2] + a[3])) +
+                  ((a[4] + a[5]) + (a[6] + a[7]));
+      }
+      const float want = half[0] + half[1];
+      ASSERT_EQ(std::memcmp(&sums[i], &want, sizeof want), 0)
+          << "row " << i << ": " << sums[i] << " != " << want;
+    }
+  }
+}
+
 // The epilogue against its definition: score + bias (a -inf bias hides even
 // a NaN score), then -inf outside [lo, hi). Intervals that cut the block
 // anywhere, cover it, miss it, are empty; rows = R, R - 1, 1 (padding
