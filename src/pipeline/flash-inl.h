@@ -1763,6 +1763,82 @@ struct Flash {
     }
   }
 
+  // Key blocks per phase of RunRowPhases: up to kRowStateRows (the score
+  // rows of the tile's row state hold a block each), as many as keep a
+  // phase's values within kPhaseValueBytes (they wait in L2 for the output).
+  static constexpr int64_t kPhaseValueBytes = int64_t{256} << 10;
+  static int64_t PhaseBlocks(int64_t dv) {
+    const int64_t n = kPhaseValueBytes / (kBlockKeys * dv * 4);
+    return n > kRowStateRows ? kRowStateRows : n < 1 ? 1 : n;
+  }
+
+  // One row streaming f32 K and V from memory where keys are prefetched
+  // late (AMD; RunRows): in phases of PhaseBlocks() key blocks, the
+  // scores of every block of the phase (their keys read in order, left to
+  // the hardware prefetchers; the phase's values prefetched into L2 as
+  // they go), then each block's probabilities, then each block's output.
+  // A block's operations are RunRows' in the same order (its raw scores do
+  // not depend on the running max; probabilities and outputs follow block
+  // by block): the same bits. Long phases of one stream suit the memory
+  // (S1 decoding from DRAM on Zen 4, against RunRows' blocks one at a
+  // time: 0.89-0.98x the time on every x86 target; phases of 2 blocks
+  // 0.92-0.99x, 4 blocks 0.95-0.98x; K and V interleaved 8 keys at a time,
+  // the scores of the next block beside the output of this one, 1.04-1.52x,
+  // and 1.18-1.83x with the next block's values prefetched as well).
+  // One row of f32 keys and values streamed from memory where keys are
+  // prefetched late (AMD: RunRows' keys_late) goes in phases
+  // (RunRowPhases), its keys left to the hardware prefetchers on every
+  // target. binary16 and bfloat16 caches do not (in phases 1.04-1.19x the
+  // time, with or without the next phase's keys prefetched during the
+  // values), nor int8 (0.91-1.01x from build to build and backend to
+  // backend: no clear gain). x86 only, RunTask (AMD's schedule; compiled
+  // for AArch64, the mere presence of the phases raised the instructions per
+  // pair of S1 decoding on xsimd:neon64, which never takes them, by 0.6%:
+  // bench/arm_icount.sh).
+  static bool RowInPhases(const Problem& p, const Operands& op,
+                          const TileTask& task) {
+    return task.rows == 1 && !op.convert_k && !op.convert_v &&
+           PrefetchesKv(p) && KeysPrefetchedLate();
+  }
+
+  __attribute__((noinline)) static void RunRowPhases(
+      const Problem& p, const Operands& op, const TileTask& task,
+      const unsigned char* shared, const Tile& tile) {
+    const RowsSpan span = SetUpRowPath(p, op, task.b, task.kvh, 1, tile);
+    const int64_t start =
+        span.begin > task.key_begin ? span.begin : task.key_begin;
+    const int64_t stop = span.end < task.key_end ? span.end : task.key_end;
+    const int64_t dv = p.value_dim, ks = op.k_st, vs = op.v_st;
+    const int64_t s_floats = static_cast<int64_t>(RowScoreFloats(O::Lanes()));
+    const int64_t phase = PhaseBlocks(dv);
+    for (int64_t j0 = start; j0 < stop; j0 += phase * kBlockKeys) {
+      int64_t jb[kRowStateRows], nb[kRowStateRows];
+      float alpha[kRowStateRows];
+      int64_t n = 0;
+      for (int64_t j = j0; n < phase && j < stop; j += kBlockKeys, ++n) {
+        jb[n] = j;
+        nb[n] = BlockKeys(j, stop);
+      }
+      const int64_t keys = jb[n - 1] + nb[n - 1] - j0;
+      // The phase's values, a step every 4 keys of its scores.
+      BlockPrefetch pf(true, op, dv, j0, keys, stop, keys / 4, 0,
+                       PrefetchTo::kL2);
+      for (int64_t i = 0; i < n; ++i) {
+        RowScoresFor(p, op, tile.q_rows, op.k + jb[i] * ks, nb[i],
+                     tile.s_row + i * s_floats, &pf);
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        alpha[i] = RowProbabilities(p, tile, 0, jb[i], nb[i],
+                                    tile.s_row + i * s_floats);
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        RowOutputWidth<F32Rows>(tile.s_row + i * s_floats, op.v + jb[i] * vs,
+                                dv, vs, nb[i], alpha[i], tile.o_rows, nullptr);
+      }
+    }
+    FinishRows(p, task, shared, tile);
+  }
+
   // All rows (at most kRowPathMaxRows, or the 8 of RunTileOfRows) of one
   // (batch, kv head), keys
   // [task.key_begin, task.key_end) of them (one flash-decoding split). Keys
@@ -2266,6 +2342,12 @@ struct Flash {
     }
     Tile tile;
     LayoutTile(p, O::Lanes(), workspace, &tile);
+#if defined(__x86_64__) || defined(__i386__)
+    if (t.row_path && RowInPhases(p, op, t)) {
+      RunRowPhases(p, op, t, shared, tile);
+      return;
+    }
+#endif
     if (t.row_path) {
       RunRows(p, op, t, shared, tile);
     } else if (GroupsTiles(p)) {
