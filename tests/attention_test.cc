@@ -360,6 +360,12 @@ std::vector<Case> AllCases() {
                    .Score(QKV_SCORE_GAUSSIAN));
   cs.push_back(Shape("streamed_kv", 1, 1, 1, 1, 45001, 16, 24)
                    .Score(QKV_SCORE_ADDITIVE, 24));
+  // Two rows in phases of key blocks on AMD (RunRowPhases): GQA-2 decoding
+  // with per-batch lengths, and two causal queries of one head (each row
+  // its own last key).
+  cs.push_back(Shape("streamed_kv", 2, 2, 1, 1, 10001, 64, 72)
+                   .WithLens(Lens::kPerBatch));
+  cs.push_back(Shape("streamed_kv", 1, 2, 2, 2, 17000, 64, 40).Causal());
   // Joint rows (GQA 4 and 8 decoding) streaming their keys (RowScoresRows
   // one key after the other on x86; RowScores8).
   cs.push_back(Shape("streamed_kv", 1, 4, 1, 1, 20003, 100, 36));

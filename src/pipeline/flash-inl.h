@@ -1772,45 +1772,54 @@ struct Flash {
     return n > kRowStateRows ? kRowStateRows : n < 1 ? 1 : n;
   }
 
-  // One row streaming f32 K and V from memory where keys are prefetched
-  // late (AMD; RunRows): in phases of PhaseBlocks() key blocks, the
-  // scores of every block of the phase (their keys read in order, left to
-  // the hardware prefetchers; the phase's values prefetched into L2 as
-  // they go), then each block's probabilities, then each block's output.
-  // A block's operations are RunRows' in the same order (its raw scores do
-  // not depend on the running max; probabilities and outputs follow block
-  // by block): the same bits. Long phases of one stream suit the memory
-  // (S1 decoding from DRAM on Zen 4, against RunRows' blocks one at a
-  // time: 0.89-0.98x the time on every x86 target; phases of 2 blocks
-  // 0.92-0.99x, 4 blocks 0.95-0.98x; K and V interleaved 8 keys at a time,
-  // the scores of the next block beside the output of this one, 1.04-1.52x,
-  // and 1.18-1.83x with the next block's values prefetched as well).
-  // One row of f32 keys and values streamed from memory where keys are
-  // prefetched late (AMD: RunRows' keys_late) goes in phases
-  // (RunRowPhases), its keys left to the hardware prefetchers on every
-  // target. binary16 and bfloat16 caches do not (in phases 1.04-1.19x the
-  // time, with or without the next phase's keys prefetched during the
-  // values), nor int8 (0.91-1.01x from build to build and backend to
-  // backend: no clear gain). x86 only, RunTask (AMD's schedule; compiled
-  // for AArch64, the mere presence of the phases raised the instructions per
-  // pair of S1 decoding on xsimd:neon64, which never takes them, by 0.6%:
-  // bench/arm_icount.sh).
+  // One or two rows (S1, GQA-2 decoding) streaming f32 K and V from memory
+  // where keys are prefetched late (AMD: RunRows' keys_late), on x86 (the
+  // check is in RunTask): in phases of PhaseBlocks() key blocks (fewer for
+  // two rows: a score row per row and block), the scores of every block of
+  // the phase (the first row's keys read in order, left to the hardware
+  // prefetchers on every target; the phase's values prefetched into L2 as
+  // they go), then each row's probabilities block by block, then each
+  // block's output. Per row, a block's operations are RunRows' in the same
+  // order (raw scores do not depend on the running max; probabilities and
+  // outputs follow block by block): the same bits. Long phases of one
+  // stream suit the memory (from DRAM on Zen 4, against RunRows' blocks
+  // one at a time: S1 decoding 0.89-0.98x the time on every x86 target,
+  // GQA-2 with 16k keys 0.93-0.96x; S1 in phases of 2 blocks 0.92-0.99x, 4
+  // blocks 0.95-0.98x; K and V interleaved 8 keys at a time, the scores of
+  // the next block beside the output of this one, 1.04-1.52x, and
+  // 1.18-1.83x with the next block's values prefetched as well). Not for
+  // binary16 and bfloat16 caches (in phases 1.04-1.19x, with or without
+  // the next phase's keys prefetched during the values) nor int8
+  // (0.91-1.01x from build to build and backend to backend: no clear
+  // gain). Compiled for AArch64, where it is never taken, its mere
+  // presence raised the instructions per pair of S1 decoding on
+  // xsimd:neon64 by 0.6% (bench/arm_icount.sh): x86 only.
   static bool RowInPhases(const Problem& p, const Operands& op,
                           const TileTask& task) {
-    return task.rows == 1 && !op.convert_k && !op.convert_v &&
+    return task.rows <= 2 && !op.convert_k && !op.convert_v &&
            PrefetchesKv(p) && KeysPrefetchedLate();
   }
 
   __attribute__((noinline)) static void RunRowPhases(
       const Problem& p, const Operands& op, const TileTask& task,
       const unsigned char* shared, const Tile& tile) {
-    const RowsSpan span = SetUpRowPath(p, op, task.b, task.kvh, 1, tile);
+    const int64_t rows = task.rows;
+    const RowsSpan span = SetUpRowPath(p, op, task.b, task.kvh, rows, tile);
     const int64_t start =
         span.begin > task.key_begin ? span.begin : task.key_begin;
     const int64_t stop = span.end < task.key_end ? span.end : task.key_end;
-    const int64_t dv = p.value_dim, ks = op.k_st, vs = op.v_st;
+    const int64_t d = op.dim, dv = p.value_dim, ks = op.k_st, vs = op.v_st;
     const int64_t s_floats = static_cast<int64_t>(RowScoreFloats(O::Lanes()));
-    const int64_t phase = PhaseBlocks(dv);
+    int64_t phase = PhaseBlocks(dv);
+    if (phase * rows > kRowStateRows) phase = kRowStateRows / rows;
+    // Row r's keys [*lo, *hi) of the block at j (nb keys); false: none.
+    auto keys_of = [&](int64_t r, int64_t j, int64_t nb, int64_t* lo,
+                       int64_t* hi) {
+      *lo = tile.lo[r] > j ? tile.lo[r] : j;
+      *hi = j + nb < tile.hi[r] ? j + nb : tile.hi[r];
+      *hi = *hi < stop ? *hi : stop;
+      return *hi > *lo;
+    };
     for (int64_t j0 = start; j0 < stop; j0 += phase * kBlockKeys) {
       int64_t jb[kRowStateRows], nb[kRowStateRows];
       float alpha[kRowStateRows];
@@ -1820,20 +1829,34 @@ struct Flash {
         nb[n] = BlockKeys(j, stop);
       }
       const int64_t keys = jb[n - 1] + nb[n - 1] - j0;
-      // The phase's values, a step every 4 keys of its scores.
+      // The phase's values, a step every 4 keys of the first row's scores.
       BlockPrefetch pf(true, op, dv, j0, keys, stop, keys / 4, 0,
                        PrefetchTo::kL2);
+      int64_t lo, hi;
       for (int64_t i = 0; i < n; ++i) {
-        RowScoresFor(p, op, tile.q_rows, op.k + jb[i] * ks, nb[i],
-                     tile.s_row + i * s_floats, &pf);
+        for (int64_t r = 0; r < rows; ++r) {
+          if (!keys_of(r, jb[i], nb[i], &lo, &hi)) continue;
+          RowScoresFor(p, op, tile.q_rows + r * d, op.k + lo * ks, hi - lo,
+                       tile.s_row + (r * phase + i) * s_floats,
+                       r == 0 ? &pf : nullptr);
+        }
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t i = 0; i < n; ++i) {
+          if (!keys_of(r, jb[i], nb[i], &lo, &hi)) continue;
+          alpha[r * phase + i] =
+              RowProbabilities(p, tile, r, lo, hi - lo,
+                               tile.s_row + (r * phase + i) * s_floats);
+        }
       }
       for (int64_t i = 0; i < n; ++i) {
-        alpha[i] = RowProbabilities(p, tile, 0, jb[i], nb[i],
-                                    tile.s_row + i * s_floats);
-      }
-      for (int64_t i = 0; i < n; ++i) {
-        RowOutputWidth<F32Rows>(tile.s_row + i * s_floats, op.v + jb[i] * vs,
-                                dv, vs, nb[i], alpha[i], tile.o_rows, nullptr);
+        for (int64_t r = 0; r < rows; ++r) {
+          if (!keys_of(r, jb[i], nb[i], &lo, &hi)) continue;
+          RowOutputWidth<F32Rows>(tile.s_row + (r * phase + i) * s_floats,
+                                  op.v + lo * vs, dv, vs, hi - lo,
+                                  alpha[r * phase + i], tile.o_rows + r * dv,
+                                  nullptr);
+        }
       }
     }
     FinishRows(p, task, shared, tile);
