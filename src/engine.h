@@ -173,9 +173,10 @@ size_t EngineCount();
 const Engine* EngineAt(size_t index);
 // Whether the SIMD pipeline's row path, streaming K and V from memory one
 // row at a time, prefetches the next key block during a block's values
-// (true: AMD CPUs; f32 keys on 16-lane targets, and one row's f32 keys in
-// phases of several blocks on every target, are then left to the hardware
-// prefetchers) or during its scores (false: elsewhere). The environment
+// (true: AMD CPUs; f32 keys on 16-lane targets, and those of one or two
+// rows decoded in phases of several blocks on every x86 target, are then
+// left to the hardware prefetchers) or during its scores (false:
+// elsewhere). The environment
 // variable QKV_KEY_PREFETCH=values or =scores, read once with the engine
 // list, overrides it. Results are the same bits either way.
 bool KeysPrefetchedLate();
