@@ -1208,7 +1208,7 @@ struct Flash {
   // come out of one O::SumLanes (lane i of the result: accumulator i's sum,
   // as ((l0 + l1) + (l2 + l3)) + ..., the order a transpose and a tree of
   // adds give, in 30 shuffles instead of 64: GQA-8 decoding from L3 on
-  // Zen 4, 0.95-0.96x the time) instead of a reduction each. A last odd
+  // Zen 4, 0.94-0.96x the time) instead of a reduction each. A last odd
   // key takes the rows in two halves of 4 (RowKeysStep).
   // st[r * s_stride + j] = finish * (q_r . k_j). pf's V stream steps once
   // every 4 keys (its K stream goes with the output, which takes longer
@@ -1763,6 +1763,17 @@ struct Flash {
     }
   }
 
+  // Row r's keys [*lo, *hi) of the block [j0, j1), up to `end` (a split's
+  // last key): empty when *hi <= *lo.
+  static QKV_FLASH_INLINE void RowKeysOfBlock(const Tile& tile, int64_t r,
+                                              int64_t j0, int64_t j1,
+                                              int64_t end, int64_t* lo,
+                                              int64_t* hi) {
+    *lo = tile.lo[r] > j0 ? tile.lo[r] : j0;
+    const int64_t h = j1 < tile.hi[r] ? j1 : tile.hi[r];
+    *hi = h < end ? h : end;
+  }
+
   // Key blocks per phase of RunRowPhases: up to kRowStateRows (the score
   // rows of the tile's row state hold a block each), as many as keep a
   // phase's values within kPhaseValueBytes (they wait in L2 for the output).
@@ -1815,9 +1826,7 @@ struct Flash {
     // Row r's keys [*lo, *hi) of the block at j (nb keys); false: none.
     auto keys_of = [&](int64_t r, int64_t j, int64_t nb, int64_t* lo,
                        int64_t* hi) {
-      *lo = tile.lo[r] > j ? tile.lo[r] : j;
-      *hi = j + nb < tile.hi[r] ? j + nb : tile.hi[r];
-      *hi = *hi < stop ? *hi : stop;
+      RowKeysOfBlock(tile, r, j, j + nb, stop, lo, hi);
       return *hi > *lo;
     };
     for (int64_t j0 = start; j0 < stop; j0 += phase * kBlockKeys) {
@@ -2012,9 +2021,7 @@ struct Flash {
     // Row r's keys in block [j0, j1): [lo, hi), scores at s_row + r * s_floats.
     auto keys_of = [&](const Tile& tile, int64_t r, int64_t j0, int64_t j1,
                        int64_t* lo, int64_t* hi) {
-      *lo = tile.lo[r] > j0 ? tile.lo[r] : j0;
-      int64_t h = j1 < tile.hi[r] ? j1 : tile.hi[r];
-      *hi = h < task.key_end ? h : task.key_end;
+      RowKeysOfBlock(tile, r, j0, j1, task.key_end, lo, hi);
     };
     // Its keys [a, e) in the step [s0, s1); false when there are none.
     auto piece = [&](const Tile& tile, int64_t r, int64_t j0, int64_t j1,
