@@ -1862,6 +1862,11 @@ void AddContext() {
     benchmark::AddCustomContext("openblas_corename", BlasCoreName());
     const char* ct = std::getenv("OPENBLAS_CORETYPE");
     benchmark::AddCustomContext("openblas_coretype_env", ct ? ct : "");
+    // bench/run.sh: how it chose the kernel set (its measurement).
+    const char* pick = std::getenv("QKV_OPENBLAS_PICK");
+    if (pick != nullptr && pick[0] != '\0') {
+      benchmark::AddCustomContext("openblas_pick", pick);
+    }
   } else {
     benchmark::AddCustomContext("openblas_config", "not built");
   }

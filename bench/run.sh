@@ -37,29 +37,82 @@ fi
 PY=/usr/bin/python3
 [[ -x "$PY" ]] || PY=python3
 
-# Debian's OpenBLAS (0.3.21) does not recognize Sapphire Rapids or Zen 4/5
-# and falls back to slower kernels (Prescott: a fifth of the speed); SkylakeX
-# is its AVX-512 kernel set, the strongest baseline on an AVX-512 CPU. An
-# OPENBLAS_CORETYPE inherited from the environment (some machines set
-# Haswell for other programs' sake) is overridden here, for this benchmark
-# alone: on the Zen 5 VM Haswell made its sgemm 1.6x slower. The OpenBLAS
-# output is every qkv row's reference (the max err column), so a kernel set
-# that computed wrong results would show there. QKV_OPENBLAS_CORETYPE picks
-# another.
-if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
-  if [[ -n "${OPENBLAS_CORETYPE:-}" && "${OPENBLAS_CORETYPE}" != "${QKV_OPENBLAS_CORETYPE:-SkylakeX}" ]]; then
-    echo "note: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE from the environment replaced by ${QKV_OPENBLAS_CORETYPE:-SkylakeX} for the baseline"
-  fi
-  export OPENBLAS_CORETYPE=${QKV_OPENBLAS_CORETYPE:-SkylakeX}
-elif [[ -n "${QKV_OPENBLAS_CORETYPE:-}" ]]; then
-  export OPENBLAS_CORETYPE=$QKV_OPENBLAS_CORETYPE
-fi
+# The OpenBLAS baseline runs on its fastest kernel set for this machine,
+# measured here. Debian's OpenBLAS (0.3.21) does not recognize Sapphire
+# Rapids or Zen 4/5 and falls back to slower kernels (Prescott: a fifth of
+# the speed), and no fixed choice is best everywhere: on the Zen 5 VM
+# Haswell's sgemm was 1.6x slower than SkylakeX's, on the Zen 4 VM (AVX-512
+# on 256-bit units) SkylakeX's three-step was 4-10% slower than Haswell's.
+# So each kernel set the CPU can run (SkylakeX with AVX-512, Haswell and Zen
+# with AVX2 and FMA) times the three-step on S2 and S3 (a few seconds each)
+# and the one with the smallest product of the two medians is the baseline
+# (an OPENBLAS_CORETYPE from the environment is not used: some machines set
+# Haswell for other programs' sake). QKV_OPENBLAS_CORETYPE=NAME skips the
+# measurement and uses NAME. The OpenBLAS output is every qkv row's
+# reference (the max err column), so a kernel set that computed wrong
+# results would show there.
 export OPENBLAS_NUM_THREADS=1  # the 2-worker baseline splits heads itself
+QKV_OPENBLAS_PICK=""
+if [[ -n "${QKV_OPENBLAS_CORETYPE:-}" ]]; then
+  export OPENBLAS_CORETYPE=$QKV_OPENBLAS_CORETYPE
+  QKV_OPENBLAS_PICK="$QKV_OPENBLAS_CORETYPE (QKV_OPENBLAS_CORETYPE)"
+else
+  CANDIDATES=()
+  grep -qw avx512f /proc/cpuinfo 2>/dev/null && CANDIDATES+=(SkylakeX)
+  if grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo 2>/dev/null; then
+    CANDIDATES+=(Haswell Zen)
+  fi
+  if [[ -n "${OPENBLAS_CORETYPE:-}" ]]; then
+    echo "note: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE from the environment not used; the baseline's kernel set is measured"
+  fi
+  unset OPENBLAS_CORETYPE
+  if [[ ${#CANDIDATES[@]} -gt 1 ]]; then
+    BEST="" BEST_SCORE="" TRIED=()
+    for ct in "${CANDIDATES[@]}"; do
+      # Medians of S2 and S3 in microseconds, as "s2 s3" (empty if it failed).
+      times=$(OPENBLAS_CORETYPE=$ct "$BIN" \
+          --benchmark_filter='^attention_f32/(S2_prefill|S3_small)/openblas_3step/workers:1/' \
+          --benchmark_min_time=0.1 --benchmark_repetitions=3 \
+          --benchmark_report_aggregates_only=true --benchmark_format=json 2>/dev/null |
+        "$PY" -c '
+import json, sys
+try:
+    runs = json.load(sys.stdin)["benchmarks"]
+except Exception:
+    sys.exit(0)
+t = {}
+for b in runs:
+    if b.get("aggregate_name") == "median" and not b.get("error_occurred"):
+        t[b["name"].split("/")[1]] = b["real_time"] * {"ns": 1e-3, "us": 1.0, "ms": 1e3}[b["time_unit"]]
+if len(t) == 2:
+    print("%.1f %.1f" % (t["S2_prefill"], t["S3_small"]))
+' || true)
+      if [[ -z "$times" ]]; then
+        TRIED+=("$ct: failed")
+        continue
+      fi
+      read -r s2 s3 <<<"$times"
+      TRIED+=("$ct: S2 $(awk -v t="$s2" 'BEGIN { printf "%.1f ms", t / 1000 }'), S3 ${s3} us")
+      score=$(awk -v a="$s2" -v b="$s3" 'BEGIN { printf "%.6g", a * b }')
+      if [[ -z "$BEST" ]] || awk -v a="$score" -v b="$BEST_SCORE" 'BEGIN { exit !(a < b) }'; then
+        BEST=$ct BEST_SCORE=$score
+      fi
+    done
+    if [[ -n "$BEST" ]]; then
+      export OPENBLAS_CORETYPE=$BEST
+      QKV_OPENBLAS_PICK="$BEST, the fastest three-step of $(IFS=';'; echo "${TRIED[*]}" | sed 's/;/; /g')"
+    fi
+  elif [[ ${#CANDIDATES[@]} -eq 1 ]]; then
+    export OPENBLAS_CORETYPE=${CANDIDATES[0]}
+    QKV_OPENBLAS_PICK="${CANDIDATES[0]} (the only candidate)"
+  fi
+fi
+export QKV_OPENBLAS_PICK
 
 MODEL=$(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | sed 's/^[^:]*: *//' || true)
 NPROC=$(nproc 2>/dev/null || echo '?')
 echo "machine: ${MODEL:-unknown CPU}, ${NPROC} cores (nproc)"
-echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-} OPENBLAS_NUM_THREADS=$OPENBLAS_NUM_THREADS"
+echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-} OPENBLAS_NUM_THREADS=$OPENBLAS_NUM_THREADS${QKV_OPENBLAS_PICK:+ (kernel set: $QKV_OPENBLAS_PICK)}"
 
 # Two workers need both cores: anything else running (a build, the tests)
 # shows up as poor 2-worker scaling and a large cv.
