@@ -1947,9 +1947,8 @@ struct Flash {
           fused_k ? nullptr : KeyBlock(op, j0, nb_all, tile.kblk);
       const float* v = nullptr;
       if (joint) {  // every row sees the same keys
-        const int64_t lo = tile.lo[0] > j0 ? tile.lo[0] : j0;
-        int64_t hi = j0 + nb_all < tile.hi[0] ? j0 + nb_all : tile.hi[0];
-        hi = hi < task.key_end ? hi : task.key_end;
+        int64_t lo, hi;
+        RowKeysOfBlock(tile, 0, j0, j0 + nb_all, task.key_end, &lo, &hi);
         if (hi <= lo) continue;
         float alpha[kRowStateRows];
         JointScores(p, op, tile, rows, k + (lo - j0) * ks, lo, hi - lo,
@@ -1961,9 +1960,8 @@ struct Flash {
         continue;
       }
       for (int64_t r = 0; r < rows; ++r) {
-        const int64_t lo = tile.lo[r] > j0 ? tile.lo[r] : j0;
-        int64_t hi = j0 + nb_all < tile.hi[r] ? j0 + nb_all : tile.hi[r];
-        hi = hi < task.key_end ? hi : task.key_end;
+        int64_t lo, hi;
+        RowKeysOfBlock(tile, r, j0, j0 + nb_all, task.key_end, &lo, &hi);
         const int64_t nb = hi - lo;
         if (nb <= 0) continue;
         if (fused_k) {
