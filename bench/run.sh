@@ -66,45 +66,41 @@ else
     echo "note: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE from the environment not used; the baseline's kernel set is measured"
   fi
   unset OPENBLAS_CORETYPE
-  if [[ ${#CANDIDATES[@]} -gt 1 ]]; then
-    BEST="" BEST_SCORE="" TRIED=()
-    for ct in "${CANDIDATES[@]}"; do
-      # Medians of S2 and S3 in microseconds, as "s2 s3" (empty if it failed).
-      times=$(OPENBLAS_CORETYPE=$ct "$BIN" \
-          --benchmark_filter='^attention_f32/(S2_prefill|S3_small)/openblas_3step/workers:1/' \
-          --benchmark_min_time=0.1 --benchmark_repetitions=3 \
-          --benchmark_report_aggregates_only=true --benchmark_format=json 2>/dev/null |
-        "$PY" -c '
+  BEST="" BEST_SCORE="" TRIED=()
+  for ct in "${CANDIDATES[@]}"; do
+    # "SCORE TEXT": the product of the S2 and S3 medians (us^2) and the two
+    # times for the report; nothing if the run failed.
+    result=$(OPENBLAS_CORETYPE=$ct "$BIN" \
+        --benchmark_filter='^attention_f32/(S2_prefill|S3_small)/openblas_3step/workers:1/' \
+        --benchmark_min_time=0.1 --benchmark_repetitions=3 \
+        --benchmark_report_aggregates_only=true --benchmark_format=json 2>/dev/null |
+      "$PY" -c '
 import json, sys
 try:
     runs = json.load(sys.stdin)["benchmarks"]
 except Exception:
     sys.exit(0)
-t = {}
-for b in runs:
-    if b.get("aggregate_name") == "median" and not b.get("error_occurred"):
-        t[b["name"].split("/")[1]] = b["real_time"] * {"ns": 1e-3, "us": 1.0, "ms": 1e3}[b["time_unit"]]
+us = {"ns": 1e-3, "us": 1.0, "ms": 1e3}
+t = {b["name"].split("/")[1]: b["real_time"] * us[b["time_unit"]]
+     for b in runs
+     if b.get("aggregate_name") == "median" and not b.get("error_occurred")}
 if len(t) == 2:
-    print("%.1f %.1f" % (t["S2_prefill"], t["S3_small"]))
+    print("%.6g S2 %.1f ms, S3 %.1f us" % (t["S2_prefill"] * t["S3_small"],
+                                          t["S2_prefill"] / 1e3, t["S3_small"]))
 ' || true)
-      if [[ -z "$times" ]]; then
-        TRIED+=("$ct: failed")
-        continue
-      fi
-      read -r s2 s3 <<<"$times"
-      TRIED+=("$ct: S2 $(awk -v t="$s2" 'BEGIN { printf "%.1f ms", t / 1000 }'), S3 ${s3} us")
-      score=$(awk -v a="$s2" -v b="$s3" 'BEGIN { printf "%.6g", a * b }')
-      if [[ -z "$BEST" ]] || awk -v a="$score" -v b="$BEST_SCORE" 'BEGIN { exit !(a < b) }'; then
-        BEST=$ct BEST_SCORE=$score
-      fi
-    done
-    if [[ -n "$BEST" ]]; then
-      export OPENBLAS_CORETYPE=$BEST
-      QKV_OPENBLAS_PICK="$BEST, the fastest three-step of $(IFS=';'; echo "${TRIED[*]}" | sed 's/;/; /g')"
+    if [[ -z "$result" ]]; then
+      TRIED+=("$ct: failed")
+      continue
     fi
-  elif [[ ${#CANDIDATES[@]} -eq 1 ]]; then
-    export OPENBLAS_CORETYPE=${CANDIDATES[0]}
-    QKV_OPENBLAS_PICK="${CANDIDATES[0]} (the only candidate)"
+    TRIED+=("$ct: ${result#* }")
+    score=${result%% *}
+    if [[ -z "$BEST" ]] || awk -v a="$score" -v b="$BEST_SCORE" 'BEGIN { exit !(a < b) }'; then
+      BEST=$ct BEST_SCORE=$score
+    fi
+  done
+  if [[ -n "$BEST" ]]; then
+    export OPENBLAS_CORETYPE=$BEST
+    QKV_OPENBLAS_PICK="$BEST, the fastest three-step of $(IFS=';'; echo "${TRIED[*]}" | sed 's/;/; /g')"
   fi
 fi
 export QKV_OPENBLAS_PICK
