@@ -69,6 +69,14 @@ struct HwyOps {
   static HWY_INLINE V Set(float x) { return hn::Set(D(), x); }
   static HWY_INLINE V Load(const float* p) { return hn::Load(D(), p); }
   static HWY_INLINE V LoadU(const float* p) { return hn::LoadU(D(), p); }
+  // v kept in a register: GCC folds a load used twice into both uses as
+  // memory operands, loading it twice (RowScores8).
+  static HWY_INLINE V InRegister(V v) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4 && defined(__GNUC__)
+    asm("" : "+v"(v.raw));
+#endif
+    return v;
+  }
   static HWY_INLINE void Store(V v, float* p) { hn::Store(v, D(), p); }
   static HWY_INLINE void StoreU(V v, float* p) { hn::StoreU(v, D(), p); }
   static HWY_INLINE V Add(V a, V b) { return hn::Add(a, b); }

@@ -76,6 +76,14 @@ struct XsimdOps {
   static V Set(float x) { return V(x); }
   static V Load(const float* p) { return V::load_aligned(p); }
   static V LoadU(const float* p) { return V::load_unaligned(p); }
+  // v kept in a register: GCC folds a load used twice into both uses as
+  // memory operands, loading it twice (RowScores8).
+  static V InRegister(V v) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    asm("" : "+v"(v.data));
+#endif
+    return v;
+  }
   static void Store(const V& v, float* p) { v.store_aligned(p); }
   static void StoreU(const V& v, float* p) { v.store_unaligned(p); }
   static V Add(const V& a, const V& b) { return a + b; }

@@ -46,6 +46,11 @@ const Shape kTile = {"tile", 2, 4, 2, 19, 130, 10, 9};
 const Shape kDecode = {"decode", 2, 2, 1, 2, 130, 10, 9};
 // kv_len below the vector width: Highway's keys-in-lanes path.
 const Shape kTiny = {"tiny", 3, 2, 1, 2, 3, 5, 3};
+// Decoding steps at GQA 4 and 8 with whole vectors of head_dim and
+// value_dim up to 16 lanes: joint rows' scores and output (RowScores8 on
+// AVX-512; RowOutputRows' unguarded columns unless a probability is 0).
+const Shape kDecodeGqa4 = {"decode_gqa4", 2, 4, 1, 1, 130, 16, 64};
+const Shape kDecodeGqa8 = {"decode_gqa8", 2, 8, 1, 1, 130, 16, 64};
 
 struct MaskConfig {
   const char* name;
@@ -234,7 +239,7 @@ const char* PoisonName(float x) {
 void PoisonKeysOrValues(NonFiniteTest* t, bool values) {
   const std::string& backend = std::get<0>(t->GetParam());
   const int score = std::get<1>(t->GetParam());
-  for (const Shape& s : {kTile, kDecode, kTiny}) {
+  for (const Shape& s : {kTile, kDecode, kTiny, kDecodeGqa4, kDecodeGqa8}) {
     // Keys at block edges and at the masks' limits; every key when few.
     std::vector<int64_t> positions = {0, 37, 40, 64, 99, 100, 120, 129};
     if (s.kv_len < 8) {
