@@ -91,9 +91,9 @@ struct PipelineBlocks {
                      int64_t w_lo, int64_t w_hi);
   // y[i] = tanh(x[i]) for i < n, as the softcap epilogue computes it.
   void (*tanh)(const float* x, float* y, size_t n);
-  // sums[i] = the sum of row i of m, a 16 x 16 row-major block, as the
-  // 8-row decoding scores add a row's lanes (O::SumLanes); only where
-  // transpose_lanes is 16.
+  // sums[i] = the sum of row i of m, a transpose_lanes-square row-major
+  // block, as the 8-row decoding scores add a row's lanes (O::SumLanes);
+  // only where transpose_lanes is not 0.
   void (*sum_lanes)(const float* m, float* sums);
 };
 

@@ -9,8 +9,8 @@
 // per-target namespace (Highway compiles its engine once per target, each
 // pass under that target's attributes), once per target. The includer sets
 // QKV_TRANSPOSE_BITS to 512 or 256 for the overload it wants and has
-// <immintrin.h> in scope. With 512 it also gets SumRegisters, the lane sums
-// of 16 vectors in the order the transpose and a tree of adds give.
+// <immintrin.h> in scope. It also gets SumRegisters, the lane sums of 16
+// (8) vectors in the order the transpose and a tree of adds give.
 #if QKV_TRANSPOSE_BITS == 512
 
 static inline __attribute__((always_inline)) void TransposeRegisters(
@@ -90,6 +90,28 @@ static inline __attribute__((always_inline)) void TransposeRegisters(
     v[m] = _mm256_permute2f128_ps(b[m], b[4 + m], 0x20);
     v[4 + m] = _mm256_permute2f128_ps(b[m], b[4 + m], 0x31);
   }
+}
+
+// Lane i of the result: the sum of v[i]'s 8 lanes as ((l0 + l1) + (l2 +
+// l3)) + ((l4 + l5) + (l6 + l7)), in 14 shuffles and 7 adds (as the 512-bit
+// SumRegisters: even and odd elements, then 128-bit blocks, side by side).
+static inline __attribute__((always_inline)) __m256 SumRegisters(
+    const __m256* v) {
+  // Per 128-bit block k of p[i]: v[2i] lanes 4k+(0+1), 4k+(2+3), then
+  // v[2i+1]'s.
+  __m256 p[4];
+  for (int i = 0; i < 4; ++i) {
+    p[i] = _mm256_add_ps(_mm256_shuffle_ps(v[2 * i], v[2 * i + 1], 0x88),
+                         _mm256_shuffle_ps(v[2 * i], v[2 * i + 1], 0xDD));
+  }
+  // Block k of s[i]: lanes 4k..4k+3 of v[4i], v[4i+1], v[4i+2], v[4i+3].
+  __m256 s[2];
+  for (int i = 0; i < 2; ++i) {
+    s[i] = _mm256_add_ps(_mm256_shuffle_ps(p[2 * i], p[2 * i + 1], 0x88),
+                         _mm256_shuffle_ps(p[2 * i], p[2 * i + 1], 0xDD));
+  }
+  return _mm256_add_ps(_mm256_permute2f128_ps(s[0], s[1], 0x20),
+                       _mm256_permute2f128_ps(s[0], s[1], 0x31));
 }
 
 #endif

@@ -192,20 +192,20 @@ struct HwyOps {
               dst);
   }
 
-  // Lane i: the sum of v[i]'s lanes, for 16 vectors of 16 lanes
-  // (kTransposeLanes 16), in the order Transpose and a tree of pairwise adds
+  // Lane i: the sum of v[i]'s lanes, for kTransposeLanes vectors (16 of
+  // 16 lanes, 8 of 8), in the order Transpose and a tree of pairwise adds
   // of adjacent lanes give: the same bits, fewer shuffles.
   static HWY_INLINE V SumLanes(const V* v) {
-#if QKV_HWY_TRANSPOSE_LANES == 16
-    if constexpr (kTransposeLanes == 16) {
-      decltype(v[0].raw) raw[16];
-      for (size_t i = 0; i < 16; ++i) raw[i] = v[i].raw;
+#if QKV_HWY_TRANSPOSE_LANES
+    if constexpr (kTransposeLanes != 0) {
+      decltype(v[0].raw) raw[kTransposeLanes];
+      for (size_t i = 0; i < kTransposeLanes; ++i) raw[i] = v[i].raw;
       V r;
       r.raw = SumRegisters(raw);
       return r;
     }
 #endif
-    return v[0];  // never called without kTransposeLanes 16
+    return v[0];  // never called without kTransposeLanes
   }
 
   // v[i] = row i in, column i out, for a kTransposeLanes-square block.

@@ -1210,14 +1210,16 @@ struct Flash {
     }
   }
 
-  // Dot scores of 8 rows (queries q + r * d) for nb f32 keys, for 16-lane
-  // targets with a 16 x 16 in-register transpose (x86 AVX-512) and d a
-  // multiple of 16: 2 keys at a time, one accumulator per (row, key), each
-  // key vector loaded once for the 8 rows; the 16 accumulators' lane sums
-  // come out of one O::SumLanes (lane i of the result: accumulator i's sum,
-  // as ((l0 + l1) + (l2 + l3)) + ..., the order a transpose and a tree of
-  // adds give, in 30 shuffles instead of 64: GQA-8 decoding from L3 on
-  // Zen 4, 0.94-0.96x the time) instead of a reduction each. A last odd
+  // Dot scores of 8 rows (queries q + r * d) for nb f32 keys, for x86
+  // targets with a full-width in-register transpose (AVX-512: 16 x 16;
+  // AVX2: 8 x 8, the rows in two passes of 4 over the same 2 keys) and d
+  // whole vectors: 2 keys at a time, one accumulator per (row, key), each
+  // key vector loaded once for a pass's rows; the 16 (8) accumulators'
+  // lane sums come out of one O::SumLanes (lane i of the result:
+  // accumulator i's sum, as ((l0 + l1) + (l2 + l3)) + ..., the order a
+  // transpose and a tree of adds give, in 30 (14) shuffles instead of 64
+  // (24): GQA-8 decoding from L3 on Zen 4, 0.94-0.96x the time) instead of
+  // a reduction each. A last odd
   // key takes the rows in two halves of 4 (RowKeysStep). Each query
   // vector is loaded once for both keys (10 loads per 16 multiply-adds;
   // GCC's code loaded it for each key, 18, and spilled the key vectors
@@ -1230,34 +1232,38 @@ struct Flash {
       const float* __restrict q, const float* __restrict k, int64_t d,
       int64_t ks, int64_t nb, float finish, float* __restrict st,
       int64_t s_stride, BlockPrefetch* pf) {
-    if constexpr (O::kTransposeLanes == 16) {
-      constexpr size_t kN = 16;
+    if constexpr (O::kTransposeLanes == 16 || O::kTransposeLanes == 8) {
+      constexpr size_t kN = O::kTransposeLanes;  // accumulators per sum
       constexpr int64_t U = 2;
+      constexpr int64_t kRows = static_cast<int64_t>(kN) / U;  // per pass
       const V vfinish = O::Set(finish);
       alignas(64) float sums[kN];
       int64_t j = 0;
       for (; j + U <= nb; j += U) {
         if (pf != nullptr && j % 4 == 0) pf->v.Step();
-        V acc[kN];
-#pragma GCC unroll 16
-        for (size_t i = 0; i < kN; ++i) acc[i] = O::Zero();
         const float* __restrict kj = k + j * ks;
-        for (int64_t t = 0; t < d; t += static_cast<int64_t>(kN)) {
-          const V k0 = O::InRegister(O::LoadU(kj + t));
-          const V k1 = O::InRegister(O::LoadU(kj + ks + t));
+        for (int64_t r0 = 0; r0 < 8; r0 += kRows) {
+          const float* __restrict qr = q + r0 * d;
+          V acc[kN];
+#pragma GCC unroll 16
+          for (size_t i = 0; i < kN; ++i) acc[i] = O::Zero();
+          for (int64_t t = 0; t < d; t += static_cast<int64_t>(kN)) {
+            const V k0 = O::InRegister(O::LoadU(kj + t));
+            const V k1 = O::InRegister(O::LoadU(kj + ks + t));
 #pragma GCC unroll 8
-          for (int64_t r = 0; r < 8; ++r) {
-            const V qv = O::InRegister(O::LoadU(q + r * d + t));
-            acc[r * U] = O::MulAdd(qv, k0, acc[r * U]);
-            acc[r * U + 1] = O::MulAdd(qv, k1, acc[r * U + 1]);
+            for (int64_t r = 0; r < kRows; ++r) {
+              const V qv = O::InRegister(O::LoadU(qr + r * d + t));
+              acc[r * U] = O::MulAdd(qv, k0, acc[r * U]);
+              acc[r * U + 1] = O::MulAdd(qv, k1, acc[r * U + 1]);
+            }
           }
-        }
-        O::Store(O::Mul(O::SumLanes(acc), vfinish), sums);
+          O::Store(O::Mul(O::SumLanes(acc), vfinish), sums);
 #pragma GCC unroll 8
-        for (int64_t r = 0; r < 8; ++r) {
+          for (int64_t r = 0; r < kRows; ++r) {
 #pragma GCC unroll 2
-          for (int64_t u = 0; u < U; ++u) {
-            st[r * s_stride + j + u] = sums[r * U + u];
+            for (int64_t u = 0; u < U; ++u) {
+              st[(r0 + r) * s_stride + j + u] = sums[r * U + u];
+            }
           }
         }
       }
@@ -1723,11 +1729,12 @@ struct Flash {
     }
   }
 
-  // 8 rows of dot scores take RowScores8: a 16-lane target with its
-  // transpose, f32 keys, d whole vectors.
+  // 8 rows of dot scores take RowScores8: an x86 target with its
+  // full-width transpose (16 or 8 lanes), f32 keys, d whole vectors.
   static bool ScoresRows8(const Operands& op) {
-    return O::kTransposeLanes == 16 && O::Lanes() == 16 &&
-           !op.convert_k && op.dim % static_cast<int64_t>(O::Lanes()) == 0;
+    return (O::kTransposeLanes == 16 || O::kTransposeLanes == 8) &&
+           O::Lanes() == O::kTransposeLanes && !op.convert_k &&
+           op.dim % static_cast<int64_t>(O::Lanes()) == 0;
   }
 
   // Rows scored and accumulated together (RowScoresRows or RowScores8,
@@ -2419,11 +2426,12 @@ struct Flash {
   }
 
   // A tile of one row vector. A decoding step at GQA 8 (8 rows that see
-  // the same keys, dot scores, f32 keys, head_dim whole vectors) on a
-  // 16-lane x86 target takes the row path instead (RunRows: head_dim in
-  // full 512-bit lanes, the 8 rows scored together by RowScores8): GQA-8
-  // decoding 0.86-0.96x the time of the 8-lane tile below, from L2 and
-  // from DRAM (Emerald Rapids; bench/README.md). Other tiles of at most 8
+  // the same keys, dot scores, f32 keys, head_dim whole vectors) on an x86
+  // target with full-width transposes takes the row path instead (RunRows:
+  // head_dim in lanes, the 8 rows scored together by RowScores8): GQA-8
+  // decoding 0.86-0.96x the time of the 8-lane tile below on AVX-512, from
+  // L2 and from DRAM (Emerald Rapids), 0.93-0.95x from DRAM on AVX2 (Zen
+  // 4; bench/README.md). Other tiles of at most 8
   // rows (a short prompt, other score kinds) on a 16-lane target take
   // 8-lane vectors (the tiny path's Narrow8, the same target's AVX2-width
   // code): a 512-bit vector half empty costs a full one, and on Zen 4,
@@ -2494,9 +2502,10 @@ struct Flash {
   }
 
   static void BlockSumLanes(const float* m, float* sums) {
-    if constexpr (O::kTransposeLanes == 16) {
-      V blk[16];
-      for (size_t i = 0; i < 16; ++i) blk[i] = O::LoadU(m + i * 16);
+    if constexpr (O::kTransposeLanes != 0) {
+      constexpr size_t kN = O::kTransposeLanes;
+      V blk[kN];
+      for (size_t i = 0; i < kN; ++i) blk[i] = O::LoadU(m + i * kN);
       O::StoreU(O::SumLanes(blk), sums);
     } else {
       (void)m, (void)sums;

@@ -284,18 +284,18 @@ struct XsimdOps {
 #endif
   }
 
-  // Lane i: the sum of v[i]'s lanes, for 16 vectors of 16 lanes
-  // (kTransposeLanes 16), in the order Transpose and a tree of pairwise adds
+  // Lane i: the sum of v[i]'s lanes, for kTransposeLanes vectors (16 of
+  // 16 lanes, 8 of 8), in the order Transpose and a tree of pairwise adds
   // of adjacent lanes give: the same bits, fewer shuffles.
   static inline __attribute__((always_inline)) V SumLanes(const V* v) {
-#if QKV_TRANSPOSE_BITS == 512
-    if constexpr (kTransposeLanes == 16) {
-      typename V::register_type raw[16];
-      for (size_t i = 0; i < 16; ++i) raw[i] = v[i];
+#if QKV_TRANSPOSE_BITS
+    if constexpr (kTransposeLanes != 0) {
+      typename V::register_type raw[kTransposeLanes];
+      for (size_t i = 0; i < kTransposeLanes; ++i) raw[i] = v[i];
       return V(SumRegisters(raw));
     }
 #endif
-    return v[0];  // never called without kTransposeLanes 16
+    return v[0];  // never called without kTransposeLanes
   }
 
   // The tiny path's narrower vectors (x86: 4 lanes for up to 4 keys, 8 for
