@@ -42,8 +42,9 @@ inline int64_t BlockKeys(int64_t j0, int64_t end) {
 constexpr int64_t kRowPathMaxRows = 4;
 
 // Rows of a tile's row state (q_rows, o_rows, s_row): the row path's, and
-// the 8 rows of a decoding step at GQA 8 that 16-lane targets give to the
-// row path's RunRows from the tile path (Flash::RunTileOfRows).
+// the 8 rows of a decoding step at GQA 8 that x86 targets with full-width
+// transposes (AVX-512, AVX2) give to the row path's RunRows from the tile
+// path (Flash::RunTileOfRows).
 constexpr int64_t kRowStateRows = 8;
 
 // Score kinds. For kAdditive the "queries" and "keys" a kernel sees are the

@@ -12,7 +12,7 @@
 //                query rows of one kv head's GQA group, queries packed
 //                transposed, keys broadcast) or keys in lanes (row path:
 //                decoding, at most kRowPathMaxRows rows, and GQA-8 decoding
-//                on 16-lane x86; tiny path: kv_len <= N). The score kind's
+//                on AVX-512 and AVX2; tiny path: kv_len <= N). The score kind's
 //                accumulation and finishing factor live here (ScoreTerm,
 //                the factor applied as scores leave their registers).
 //   epilogue     per block, only when needed: bias, then the rows' key
