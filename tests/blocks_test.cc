@@ -178,8 +178,8 @@ TEST_P(Blocks, TransposeIsATranspose) {
 
 // The 8-row decoding scores' lane sums (RowScores8), bit for bit the order
 // a transpose and a tree of adds of adjacent lanes give: ((l0 + l1) +
-// (l2 + l3)) + ((l4 + l5) + (l6 + l7)), the same for lanes 8..15, then the
-// two halves. Magnitudes from 2^-20 to 2^20 with both signs, so that any
+// (l2 + l3)) + ((l4 + l5) + (l6 + l7)); with 16 lanes the same for lanes
+// 8..15, then the two halves. Magnitudes from 2^-20 to 2^20 with both signs, so that any
 // other order or lane gives other bits.
 TEST_P(Blocks, SumLanesAddsAdjacentLanesPairwise) {
   const int n = static_cast<int>(b().transpose_lanes);

@@ -1219,12 +1219,11 @@ struct Flash {
   // accumulator i's sum, as ((l0 + l1) + (l2 + l3)) + ..., the order a
   // transpose and a tree of adds give, in 30 (14) shuffles instead of 64
   // (24): GQA-8 decoding from L3 on Zen 4, 0.94-0.96x the time) instead of
-  // a reduction each. A last odd
-  // key takes the rows in two halves of 4 (RowKeysStep). Each query
-  // vector is loaded once for both keys (10 loads per 16 multiply-adds;
+  // a reduction each. A last odd key takes the rows in two halves of 4
+  // (RowKeysStep). Each query vector is loaded once for both keys (10 loads per 16 multiply-adds;
   // GCC's code loaded it for each key, 18, and spilled the key vectors
-  // when told not to: O::InRegister and QKV_ONE_REGION; GQA-8 decoding on
-  // Zen 4 0.96x the time).
+  // when told not to: O::InRegister and QKV_ONE_REGION; with AnyZero,
+  // GQA-8 decoding from L3 on Zen 4 0.81-0.89x the time: bench/README.md).
   // st[r * s_stride + j] = finish * (q_r . k_j). pf's V stream steps once
   // every 4 keys (its K stream goes with the output, which takes longer
   // than the scores at 8 rows: JointOutput).
@@ -1232,7 +1231,7 @@ struct Flash {
       const float* __restrict q, const float* __restrict k, int64_t d,
       int64_t ks, int64_t nb, float finish, float* __restrict st,
       int64_t s_stride, BlockPrefetch* pf) {
-    if constexpr (O::kTransposeLanes == 16 || O::kTransposeLanes == 8) {
+    if constexpr (O::kTransposeLanes != 0) {
       constexpr size_t kN = O::kTransposeLanes;  // accumulators per sum
       constexpr int64_t U = 2;
       constexpr int64_t kRows = static_cast<int64_t>(kN) / U;  // per pass
@@ -1732,9 +1731,8 @@ struct Flash {
   // 8 rows of dot scores take RowScores8: an x86 target with its
   // full-width transpose (16 or 8 lanes), f32 keys, d whole vectors.
   static bool ScoresRows8(const Operands& op) {
-    return (O::kTransposeLanes == 16 || O::kTransposeLanes == 8) &&
-           O::Lanes() == O::kTransposeLanes && !op.convert_k &&
-           op.dim % static_cast<int64_t>(O::Lanes()) == 0;
+    return O::kTransposeLanes != 0 && O::Lanes() == O::kTransposeLanes &&
+           !op.convert_k && op.dim % static_cast<int64_t>(O::Lanes()) == 0;
   }
 
   // Rows scored and accumulated together (RowScoresRows or RowScores8,
@@ -2430,9 +2428,8 @@ struct Flash {
   // target with full-width transposes takes the row path instead (RunRows:
   // head_dim in lanes, the 8 rows scored together by RowScores8): GQA-8
   // decoding 0.86-0.96x the time of the 8-lane tile below on AVX-512, from
-  // L2 and from DRAM (Emerald Rapids), 0.93-0.95x from DRAM on AVX2 (Zen
-  // 4; bench/README.md). Other tiles of at most 8
-  // rows (a short prompt, other score kinds) on a 16-lane target take
+  // L2 and from DRAM (Emerald Rapids), 0.95x from DRAM on highway:AVX2
+  // (Zen 4; bench/README.md). Other tiles of at most 8 rows (a short prompt, other score kinds) on a 16-lane target take
   // 8-lane vectors (the tiny path's Narrow8, the same target's AVX2-width
   // code): a 512-bit vector half empty costs a full one, and on Zen 4,
   // whose AVX-512 units are 256

@@ -48,7 +48,8 @@ const Shape kDecode = {"decode", 2, 2, 1, 2, 130, 10, 9};
 const Shape kTiny = {"tiny", 3, 2, 1, 2, 3, 5, 3};
 // Decoding steps at GQA 4 and 8 with whole vectors of head_dim and
 // value_dim up to 16 lanes: joint rows' scores and output (RowScores8 on
-// AVX-512; RowOutputRows' unguarded columns unless a probability is 0).
+// AVX-512 and AVX2; RowOutputRows' unguarded columns unless a probability
+// is 0).
 const Shape kDecodeGqa4 = {"decode_gqa4", 2, 4, 1, 1, 130, 16, 64};
 const Shape kDecodeGqa8 = {"decode_gqa8", 2, 8, 1, 1, 130, 16, 64};
 
