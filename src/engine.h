@@ -95,6 +95,11 @@ struct PipelineBlocks {
   // block, as the 8-row decoding scores add a row's lanes (O::SumLanes);
   // only where transpose_lanes is not 0.
   void (*sum_lanes)(const float* m, float* sums);
+  // sums[i] and reduced[i] = the sum of row i of m, 4 rows of a vector's
+  // lanes: the decoding scores' 4 lane sums at once (O::SumLanes4), and
+  // each row's own reduction (O::ReduceSum), which they must equal bit for
+  // bit.
+  void (*sum_lanes4)(const float* m, float* sums, float* reduced);
 };
 
 // One engine at one SIMD target. Tasks are a fixed split of the problem that

@@ -10,7 +10,9 @@
 // pass under that target's attributes), once per target. The includer sets
 // QKV_TRANSPOSE_BITS to 512 or 256 for the overload it wants and has
 // <immintrin.h> in scope. It also gets SumRegisters, the lane sums of 16
-// (8) vectors in the order the transpose and a tree of adds give.
+// (8) vectors in the order the transpose and a tree of adds give, and
+// SumRegisters4, the lane sums of 4 vectors in an engine's own reduction
+// order.
 #if QKV_TRANSPOSE_BITS == 512
 
 static inline __attribute__((always_inline)) void TransposeRegisters(
@@ -71,6 +73,29 @@ static inline __attribute__((always_inline)) __m512 SumRegisters(
                        _mm512_shuffle_f32x4(h[0], h[1], 0xDD));
 }
 
+// The lane sums of 4 vectors, [sum a, sum b, sum c, sum d], in the order of
+// the engine's own single-vector reduction, so the same bits as 4 of them
+// in about a third of the shuffles: lanes i + (i + 8), then i + (i + 4),
+// then per 4 lanes t either (t0 + t2) + (t1 + t3) (Highway's SumOfLanes,
+// kAdjacent false) or (t0 + t1) + (t2 + t3) (xsimd's hadd, kAdjacent true).
+template <bool kAdjacent>
+static inline __attribute__((always_inline)) __m128 SumRegisters4(
+    __m512 a, __m512 b, __m512 c, __m512 d) {
+  // 256-bit halves of ab: the 8-lane sums of a, then of b.
+  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44),
+                                  _mm512_shuffle_f32x4(a, b, 0xEE));
+  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44),
+                                  _mm512_shuffle_f32x4(c, d, 0xEE));
+  // 128-bit block k: the 4-lane sums of a, b, c, d.
+  const __m512 t = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88),
+                                 _mm512_shuffle_f32x4(ab, cd, 0xDD));
+  const int kFirst = kAdjacent ? 0xB1 : 0x4E, kSecond = kAdjacent ? 0x4E : 0xB1;
+  const __m512 u = _mm512_add_ps(t, _mm512_permute_ps(t, kFirst));
+  const __m512 r = _mm512_add_ps(u, _mm512_permute_ps(u, kSecond));
+  return _mm512_castps512_ps128(_mm512_permutexvar_ps(
+      _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), r));
+}
+
 #elif QKV_TRANSPOSE_BITS == 256
 
 static inline __attribute__((always_inline)) void TransposeRegisters(
@@ -112,6 +137,26 @@ static inline __attribute__((always_inline)) __m256 SumRegisters(
   }
   return _mm256_add_ps(_mm256_permute2f128_ps(s[0], s[1], 0x20),
                        _mm256_permute2f128_ps(s[0], s[1], 0x31));
+}
+
+// As the 512-bit SumRegisters4: lanes i + (i + 4), then per 4 lanes t
+// (t0 + t2) + (t1 + t3) (kAdjacent false) or (t0 + t1) + (t2 + t3).
+template <bool kAdjacent>
+static inline __attribute__((always_inline)) __m128 SumRegisters4(
+    __m256 a, __m256 b, __m256 c, __m256 d) {
+  // Block 0 of ab: the 4-lane sums of a; block 1: of b.
+  const __m256 ab = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20),
+                                  _mm256_permute2f128_ps(a, b, 0x31));
+  const __m256 cd = _mm256_add_ps(_mm256_permute2f128_ps(c, d, 0x20),
+                                  _mm256_permute2f128_ps(c, d, 0x31));
+  // Per block: [pair sums of ab's block, pair sums of cd's block].
+  const int kLo = kAdjacent ? 0x88 : 0x44, kHi = kAdjacent ? 0xDD : 0xEE;
+  const __m256 u = _mm256_add_ps(_mm256_shuffle_ps(ab, cd, kLo),
+                                 _mm256_shuffle_ps(ab, cd, kHi));
+  // Lane 0 of block 0: a's sum, lane 2: c's; block 1: b's, d's.
+  const __m256 r = _mm256_add_ps(u, _mm256_permute_ps(u, 0xB1));
+  return _mm256_castps256_ps128(
+      _mm256_permutevar8x32_ps(r, _mm256_set_epi32(0, 0, 0, 0, 6, 2, 4, 0)));
 }
 
 #endif

@@ -210,6 +210,37 @@ TEST_P(Blocks, SumLanesAddsAdjacentLanesPairwise) {
   }
 }
 
+// The row path's 4 lane sums at once (O::SumLanes4: RowScores' 4 keys, a
+// key's 4 rows), bit for bit each row's own reduction (O::ReduceSum) on
+// every engine and target, and that reduction a sum of the right row.
+// Magnitudes from 2^-20 to 2^20 with both signs, so that another order or
+// another lane gives other bits.
+TEST_P(Blocks, SumLanes4MatchesEachRowsReduction) {
+  const size_t n = N();
+  std::mt19937 rng(13);
+  std::vector<float> m(4 * n);
+  for (int round = 0; round < 200; ++round) {
+    for (float& x : m) {
+      const int e = static_cast<int>(rng() % 41) - 20;
+      const float sign = rng() % 2 ? -1.0f : 1.0f;
+      x = sign * std::ldexp(1.0f + static_cast<float>(rng() % 1000) / 999.0f,
+                            e);
+    }
+    float sums[4], reduced[4];
+    b().sum_lanes4(m.data(), sums, reduced);
+    for (size_t i = 0; i < 4; ++i) {
+      ASSERT_EQ(std::memcmp(&sums[i], &reduced[i], sizeof(float)), 0)
+          << "row " << i << ": " << sums[i] << " != " << reduced[i];
+      double want = 0.0, mag = 0.0;
+      for (size_t l = 0; l < n; ++l) {
+        want += m[i * n + l];
+        mag += std::fabs(m[i * n + l]);
+      }
+      ASSERT_NEAR(sums[i], want, 1e-6 * mag) << "row " << i;
+    }
+  }
+}
+
 // The epilogue against its definition: score + bias (a -inf bias hides even
 // a NaN score), then -inf outside [lo, hi). Intervals that cut the block
 // anywhere, cover it, miss it, are empty; rows = R, R - 1, 1 (padding

@@ -208,6 +208,21 @@ struct HwyOps {
     return v[0];  // never called without kTransposeLanes
   }
 
+  // out[0..3]: the lane sums of a, b, c, d, the same bits as ReduceSum of
+  // each (Highway's SumOfLanes order), in about a third of the shuffles.
+  static HWY_INLINE void SumLanes4(V a, V b, V c, V d, float* out) {
+#if QKV_HWY_TRANSPOSE_LANES
+    if constexpr (kTransposeLanes != 0) {
+      _mm_storeu_ps(out, SumRegisters4<false>(a.raw, b.raw, c.raw, d.raw));
+      return;
+    }
+#endif
+    out[0] = ReduceSum(a);
+    out[1] = ReduceSum(b);
+    out[2] = ReduceSum(c);
+    out[3] = ReduceSum(d);
+  }
+
   // v[i] = row i in, column i out, for a kTransposeLanes-square block.
   static HWY_INLINE void Transpose(V* v) {
 #if QKV_HWY_TRANSPOSE_LANES
