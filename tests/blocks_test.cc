@@ -176,6 +176,17 @@ TEST_P(Blocks, TransposeIsATranspose) {
   }
 }
 
+// m's elements: magnitudes from 2^-20 to 2^20 with both signs, so that a
+// sum in another order or of another lane gives other bits.
+void FillWideMagnitudes(std::mt19937* rng, std::vector<float>* m) {
+  for (float& x : *m) {
+    const int e = static_cast<int>((*rng)() % 41) - 20;
+    const float sign = (*rng)() % 2 ? -1.0f : 1.0f;
+    x = sign *
+        std::ldexp(1.0f + static_cast<float>((*rng)() % 1000) / 999.0f, e);
+  }
+}
+
 // The 8-row decoding scores' lane sums (RowScores8), bit for bit the order
 // a transpose and a tree of adds of adjacent lanes give: ((l0 + l1) +
 // (l2 + l3)) + ((l4 + l5) + (l6 + l7)); with 16 lanes the same for lanes
@@ -187,12 +198,7 @@ TEST_P(Blocks, SumLanesAddsAdjacentLanesPairwise) {
   std::mt19937 rng(11);
   std::vector<float> m(static_cast<size_t>(n) * n);
   for (int round = 0; round < 50; ++round) {
-    for (float& x : m) {
-      const int e = static_cast<int>(rng() % 41) - 20;
-      const float sign = rng() % 2 ? -1.0f : 1.0f;
-      x = sign * std::ldexp(1.0f + static_cast<float>(rng() % 1000) / 999.0f,
-                            e);
-    }
+    FillWideMagnitudes(&rng, &m);
     float sums[16];
     b().sum_lanes(m.data(), sums);
     for (int i = 0; i < n; ++i) {
@@ -220,12 +226,7 @@ TEST_P(Blocks, SumLanes4MatchesEachRowsReduction) {
   std::mt19937 rng(13);
   std::vector<float> m(4 * n);
   for (int round = 0; round < 200; ++round) {
-    for (float& x : m) {
-      const int e = static_cast<int>(rng() % 41) - 20;
-      const float sign = rng() % 2 ? -1.0f : 1.0f;
-      x = sign * std::ldexp(1.0f + static_cast<float>(rng() % 1000) / 999.0f,
-                            e);
-    }
+    FillWideMagnitudes(&rng, &m);
     float sums[4], reduced[4];
     b().sum_lanes4(m.data(), sums, reduced);
     for (size_t i = 0; i < 4; ++i) {
