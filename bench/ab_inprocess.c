@@ -13,7 +13,8 @@
  * gqa2_decode_16k the same with 16 query heads;
  * gqa4_decode_512, 4 MiB, from cache; gqa8_decode_256, S1_gqa8_decode's
  * arithmetic on 2 MiB, from L2), S1
- * from a token-major cache (32 kv heads, and 8 with 4 query heads each),
+ * from a token-major cache (32 kv heads, and 8 with 4 query heads each;
+ * S1_token_major_u: K and V 16 bytes past a 64-byte line, as from malloc),
  * S1 and S2 with f16, bf16 and int8 caches (S1_f16, S1_bf16, S1_int8,
  * S2_f16; qkv_attention, the caches filled by library B's
  * qkv_quantize_rows), the backward pass on S2 and S3 (S2_backward, S3_backward:
@@ -188,6 +189,8 @@ int main(int argc, char **argv) {
   shapes[n++] =
       (shape){"S1_token_major", 32, 1, 4096, 128, 0, 0, 1, 0, QKV_DTYPE_F32};
   shapes[n++] =
+      (shape){"S1_token_major_u", 32, 1, 4096, 128, 0, 0, 1, 0, QKV_DTYPE_F32};
+  shapes[n++] =
       (shape){"S1_gqa4_token_m", 32, 1, 4096, 128, 0, 8, 1, 0, QKV_DTYPE_F32};
   shapes[n++] =
       (shape){"S2_prefill", 8, 1024, 1024, 64, 1, 0, 0, 0, QKV_DTYPE_F32};
@@ -240,7 +243,12 @@ int main(int argc, char **argv) {
       }
       const size_t nq = (size_t)(sh->heads * sh->q_len * sh->d);
       const size_t nk = (size_t)(kvh * sh->kv_len * sh->d);
-      float *q = floats(nq, 1), *k = floats(nk, 2), *v = floats(nk, 3);
+      /* A name ending in _u: K and V 16 bytes past a 64-byte line. */
+      const size_t nm = strlen(sh->name);
+      const size_t off = nm > 2 && strcmp(sh->name + nm - 2, "_u") == 0 ? 4 : 0;
+      float *q = floats(nq, 1), *k_mem = floats(nk + off, 2),
+            *v_mem = floats(nk + off, 3);
+      float *k = k_mem + off, *v = v_mem + off;
       float *out = floats(nq, 4);
       /* A low-precision cache: k and v quantized in place (the f32 arrays
        * are large enough for every type), I8 scales beside them. */
@@ -310,7 +318,7 @@ int main(int argc, char **argv) {
              q1, q3, rounds);
       fflush(stdout);
       free(ra), free(rb), free(ratio), free(ws);
-      free(q), free(k), free(v), free(out);
+      free(q), free(k_mem), free(v_mem), free(out);
       free(lse), free(d_out), free(dq), free(dk), free(dv);
       free(k_scales), free(v_scales);
     }

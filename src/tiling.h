@@ -335,9 +335,14 @@ inline TileTask TileTaskAt(const Problem& p, size_t task, size_t tile_rows) {
 // dense per-head order with no software prefetch 14). Each head does the
 // same operations on the same blocks as alone, so the bits are the dense
 // call's. Low-precision caches take it with a single row per kv head (the
-// fused readers; several rows dequantize a block per head).
+// fused readers; several rows dequantize a block per head). Where the
+// hardware prefetchers alone fall short (joint rows, rows not on 64-byte
+// lines) the walk goes kInterleaveKeysPrefetched keys at a time and
+// prefetches the piece kPieceLead pieces ahead (RunRowsHeads).
 constexpr int64_t kHeadGroupMax = 32;
 constexpr int64_t kInterleaveKeys = 8;
+constexpr int64_t kInterleaveKeysPrefetched = 4;
+constexpr int64_t kPieceLead = 4;
 
 inline bool InterleavesHeads(const Problem& p) {
   if (!UsesRowPath(p) || p.kv_heads < 2 || p.kv_len <= kBlockKeys ||
