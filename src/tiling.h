@@ -515,11 +515,16 @@ class PrefetchStream {
 // The prefetches that go with key block [j0, j0 + nb) of keys that stop at
 // `stop`: this block's V rows, spread over v_steps calls, and the next
 // block's K rows, spread over k_steps calls (none past `stop`).
+// Out of line (once per block): when GCC inlined it into the tile loop
+// (after unrelated changes to the row path), RunTile<2> lost its
+// specialized copies and S2 prefill took 1.01-1.03x the time on
+// highway:AVX3.
 struct BlockPrefetch {
   PrefetchStream v, k;
-  BlockPrefetch(bool on, const Operands& op, int64_t dv, int64_t j0,
-                int64_t nb, int64_t stop, int64_t v_steps, int64_t k_steps,
-                PrefetchTo to)
+  __attribute__((noinline)) BlockPrefetch(bool on, const Operands& op,
+                                          int64_t dv, int64_t j0, int64_t nb,
+                                          int64_t stop, int64_t v_steps,
+                                          int64_t k_steps, PrefetchTo to)
       : v(on, op.vsrc.base + j0 * op.vsrc.row_bytes, nb,
           dv * KvElementBytes(op.vsrc.dtype), op.vsrc.row_bytes, v_steps, to),
         k(on, op.ksrc.base + (j0 + nb) * op.ksrc.row_bytes,
