@@ -2076,9 +2076,9 @@ struct Flash {
   // (InterleavesHeads): each key block is scored kInterleaveKeys (or
   // kInterleaveKeysPrefetched) keys at a time for every head of the group
   // in turn, then turned into probabilities head by head, then its values
-  // are read the same way. A
-  // head's scores, softmax and output are RunRows' on the same blocks (the
-  // output's later pieces rescale by 1, which is exact): the same bits.
+  // are read the same way. A head's scores, softmax and output are
+  // RunRows' on the same blocks (the output's later pieces rescale by 1,
+  // which is exact): the same bits.
   static void RunRowsHeads(const Problem& p, const TileTask& task,
                            const unsigned char* shared,
                            unsigned char* workspace) {
@@ -2102,13 +2102,13 @@ struct Flash {
     const bool joint = !fused && JointRows(ops[0], tiles[0], rows);
     static constexpr float kOnes[kRowPathMaxRows] = {1.0f, 1.0f, 1.0f, 1.0f};
     // Software prefetch where the hardware prefetchers alone fall short:
-    // joint rows (GQA-4 token-major decoding on Zen 4, 0.77-0.89x the time
-    // on every x86 target) and rows off 64-byte lines (S1 token-major from
-    // a malloc'd cache, 0.77x on AVX-512, 0.88x on AVX2); 4 keys a piece
-    // then (8: 0.87x). S1 from aligned rows keeps 8 keys and no prefetch
-    // (the prefetch: 1.02-1.06x), and so do the low-precision caches'
-    // single rows (binary16 off 64-byte lines: 1.12x).
-    // x86 only: no ARM machine here measures memory.
+    // joint rows (GQA-4 token-major decoding on Zen 4, 0.77-0.87x the time
+    // on every x86 target) and rows off 64-byte lines (S1 token-major 16
+    // bytes past a line, as from malloc, 0.92-0.98x), 4 keys a piece then.
+    // S1 from aligned rows keeps 8 keys and no prefetch (the prefetch:
+    // 1.02-1.06x), and so do the low-precision caches' single rows
+    // (binary16 off 64-byte lines: 1.12x). x86 only: no ARM machine here
+    // measures memory.
 #if defined(__x86_64__) || defined(__i386__)
     bool on_lines = true;
     auto lines = [](const KvSource& src) {
