@@ -64,6 +64,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include "baseline_blas.h"
 #include "machine_limits.h"
 #include "qkv/qkv.h"
@@ -141,6 +145,50 @@ Buffer AllocFloats(size_t n) {
   }
   std::memset(p, 0, bytes);
   return Buffer(static_cast<float*>(p));
+}
+
+// n floats on 2 MiB pages where the kernel grants them: 2 MiB aligned and
+// madvise(MADV_HUGEPAGE) (Linux's transparent huge pages in their "madvise"
+// or "always" mode; "never" leaves 4 KiB pages). HugeBytes says how much of
+// the buffer the kernel did back with huge pages.
+Buffer AllocHugeFloats(size_t n) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t bytes =
+      (std::max<size_t>(n, 1) * sizeof(float) + kHuge - 1) / kHuge * kHuge;
+  void* p = std::aligned_alloc(kHuge, bytes);
+  if (p == nullptr) {
+    std::fprintf(stderr, "qkv_bench: out of memory (%zu bytes)\n", bytes);
+    std::abort();
+  }
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  madvise(p, bytes, MADV_HUGEPAGE);  // a hint: failing leaves 4 KiB pages
+#endif
+  std::memset(p, 0, bytes);
+  return Buffer(static_cast<float*>(p));
+}
+
+// Bytes of huge pages (AnonHugePages) in the mappings that hold a or b (each
+// mapping once: the kernel may join the two), from /proc/self/smaps; 0
+// without that file.
+double HugeBytes(const void* a, const void* b) {
+  FILE* f = std::fopen("/proc/self/smaps", "r");
+  if (f == nullptr) return 0.0;
+  const uintptr_t x = reinterpret_cast<uintptr_t>(a);
+  const uintptr_t y = reinterpret_cast<uintptr_t>(b);
+  char line[512];
+  bool in = false;
+  double kib = 0.0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned long lo = 0, hi = 0;  // a mapping's first line: lo-hi perms ...
+    if (std::sscanf(line, "%lx-%lx", &lo, &hi) == 2) {
+      in = (x >= lo && x < hi) || (y >= lo && y < hi);
+      continue;
+    }
+    double v = 0.0;
+    if (in && std::sscanf(line, "AnonHugePages: %lf kB", &v) == 1) kib += v;
+  }
+  std::fclose(f);
+  return kib * 1024.0;
 }
 
 // Inputs of one shape, shared by all its benchmarks, filled on first use.
@@ -1160,6 +1208,10 @@ void RegisterKvError() {
 //       or I8 (qkv_quantize_rows; qkv_attention), against the f32 call:
 //       the low-precision caches' speed-up is 1 / ratio, and max_diff what
 //       quantizing cost the output
+//   S1_decode, S1_gqa8_decode / huge_pages   K and V copied to buffers on
+//       2 MiB pages (AllocHugeFloats), against the same call on ordinary
+//       aligned_alloc memory (4 KiB pages); huge_frac says how much of the
+//       copy the kernel backed with huge pages
 //   S1_decode, S2_prefill, S3_small / padded_cache   K and V in a cache of
 //       capacity 1.5 x kv_len ([batch][heads][capacity][dim], strides), q
 //       and out dense, against the dense call; the spare rows hold NaN, so
@@ -1180,9 +1232,11 @@ void RegisterKvError() {
 //                         which compute something else
 //   kv_gbs_plain, kv_gbs  bytes of K and V (and I8 scales) each side reads
 //                         per call over its time, GB/s
-//   read_frac             S1 element types: kv_gbs over a streaming read
-//                         (StreamSum of 128 MiB) timed in the same round,
-//                         so that the VM's drift cancels
+//   read_frac             S1 element types and huge_pages: kv_gbs over a
+//                         streaming read (StreamSum of 128 MiB) timed in
+//                         the same round, so that the VM's drift cancels
+//   read_frac_plain       the same for the plain side
+//   huge_frac             huge_pages: the share of K and V on huge pages
 //   rounds
 constexpr double kPairedSliceMicros = 2000.0;
 constexpr double kPairedMicros = 400000.0;
@@ -1235,6 +1289,8 @@ struct PairedCase {
   Buffer stream;                // S1 element types: the read-limit buffer
   size_t stream_floats = 0;
   bool layout = false;
+  bool reads = false;           // decoding: time the read limit too
+  double huge_frac = -1.0;      // huge_pages: how much of K, V got them
   double kv_bytes[2] = {0, 0};  // K and V bytes each side reads per call
   qkv_attention_desc desc[2] = {};
   const float *q_of[2] = {}, *k_of[2] = {}, *v_of[2] = {};
@@ -1325,21 +1381,38 @@ struct PairedCase {
         return;
       }
       x.kv_dtype = t;
-      if (s.name == "S1_decode") {
-        stream_floats = size_t{32} << 20;  // 128 MiB: past any L3 here
-        stream = AllocFloats(stream_floats);
-        for (size_t i = 0; i < stream_floats; ++i) stream.get()[i] = 1.0f;
-      }
+      reads = s.name == "S1_decode";
+      k_of[1] = k.get();
+      v_of[1] = v.get();
+      out = AllocFloats(s.OutFloats());
+      out_of[1] = out.get();
+    } else if (variant == "huge_pages") {
+      layout = true;  // other buffers: compare, and warm each side's own
+      const size_t rows = size_t(s.batch * s.KvHeads() * s.kv_len);
+      const size_t kn = rows * size_t(s.head_dim);
+      const size_t vn = rows * size_t(s.value_dim());
+      k = AllocHugeFloats(kn);
+      v = AllocHugeFloats(vn);
+      std::memcpy(k.get(), d.k.get(), kn * sizeof(float));
+      std::memcpy(v.get(), d.v.get(), vn * sizeof(float));
+      huge_frac = std::min(
+          1.0, HugeBytes(k.get(), v.get()) / double((kn + vn) * sizeof(float)));
+      reads = true;
       k_of[1] = k.get();
       v_of[1] = v.get();
       out = AllocFloats(s.OutFloats());
       out_of[1] = out.get();
     }
+    if (reads) {
+      stream_floats = size_t{32} << 20;  // 128 MiB: past any L3 here
+      stream = AllocFloats(stream_floats);
+      for (size_t i = 0; i < stream_floats; ++i) stream.get()[i] = 1.0f;
+    }
     for (int side = 0; side < 2; ++side) {
       const double e = desc[side].kv_dtype == QKV_DTYPE_F32   ? 4
                        : desc[side].kv_dtype == QKV_DTYPE_I8 ? 1
                                                              : 2;
-      const double rows = double(s.batch * s.heads * s.kv_len);
+      const double rows = double(s.batch * s.KvHeads() * s.kv_len);
       kv_bytes[side] = rows * (double(s.head_dim + s.value_dim()) * e +
                                (desc[side].kv_dtype == QKV_DTYPE_I8 ? 8 : 0));
     }
@@ -1412,7 +1485,7 @@ void RunPaired(benchmark::State& state, PairedCase* c) {
     state.SkipWithError(c->error.c_str());
     return;
   }
-  std::vector<double> ratio, us_plain, us_variant, read_frac;
+  std::vector<double> ratio, us_plain, us_variant, read_frac, read_frac_plain;
   float sink = 0.0f;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -1432,6 +1505,7 @@ void RunPaired(benchmark::State& state, PairedCase* c) {
         const double read_gbs =
             double(c->stream_floats) * 4.0 / MicrosSince(s0) * 1e-3;
         read_frac.push_back(c->kv_bytes[1] / t[1] * 1e-3 / read_gbs);
+        read_frac_plain.push_back(c->kv_bytes[0] / t[0] * 1e-3 / read_gbs);
       }
     }
   }
@@ -1445,7 +1519,11 @@ void RunPaired(benchmark::State& state, PairedCase* c) {
   state.counters["max_diff"] = c->max_diff;
   state.counters["kv_gbs_plain"] = c->kv_bytes[0] / Median(us_plain) * 1e-3;
   state.counters["kv_gbs"] = c->kv_bytes[1] / Median(us_variant) * 1e-3;
-  if (!read_frac.empty()) state.counters["read_frac"] = Median(read_frac);
+  if (!read_frac.empty()) {
+    state.counters["read_frac"] = Median(read_frac);
+    state.counters["read_frac_plain"] = Median(read_frac_plain);
+  }
+  if (c->huge_frac >= 0) state.counters["huge_frac"] = c->huge_frac;
   benchmark::DoNotOptimize(sink);
   state.counters["rounds"] = double(ratio.size());
 }
@@ -1470,6 +1548,9 @@ void RegisterVsPlain() {
     }
     if (s.name == "S1_decode" || s.name == "S2_prefill") {
       for (const char* v : {"f16", "bf16", "int8"}) cases.push_back({s, v});
+    }
+    if (s.name == "S1_decode" || s.name == "S1_gqa8_decode") {
+      cases.push_back({s, "huge_pages"});
     }
   }
   for (const auto& sv : cases) {
