@@ -1233,9 +1233,11 @@ void RegisterKvError() {
 //   kv_gbs_plain, kv_gbs  bytes of K and V (and I8 scales) each side reads
 //                         per call over its time, GB/s
 //   read_frac             S1 element types and huge_pages: kv_gbs over a
-//                         streaming read (StreamSum of 128 MiB) timed in
+//                         streaming read (StreamSum of 128 MiB; for
+//                         huge_pages a buffer on huge pages too) timed in
 //                         the same round, so that the VM's drift cancels
-//   read_frac_plain       the same for the plain side
+//   read_frac_plain       the same for the plain side (its read on
+//                         ordinary memory)
 //   huge_frac             huge_pages: the share of K and V on huge pages
 //   rounds
 constexpr double kPairedSliceMicros = 2000.0;
@@ -1286,7 +1288,8 @@ struct PairedCase {
   std::vector<float> per_head;  // ALiBi slopes or sinks
   Buffer q, k, v, out;          // layouts: the inputs and output restrided
   Buffer k_scales, v_scales;    // int8: the rows' scales
-  Buffer stream;                // S1 element types: the read-limit buffer
+  Buffer stream;                // decoding: the read-limit buffer
+  Buffer stream_v;              // huge_pages: the variant's, on huge pages
   size_t stream_floats = 0;
   bool layout = false;
   bool reads = false;           // decoding: time the read limit too
@@ -1407,6 +1410,10 @@ struct PairedCase {
       stream_floats = size_t{32} << 20;  // 128 MiB: past any L3 here
       stream = AllocFloats(stream_floats);
       for (size_t i = 0; i < stream_floats; ++i) stream.get()[i] = 1.0f;
+      if (variant == "huge_pages") {  // the variant's read on its pages
+        stream_v = AllocHugeFloats(stream_floats);
+        for (size_t i = 0; i < stream_floats; ++i) stream_v.get()[i] = 1.0f;
+      }
     }
     for (int side = 0; side < 2; ++side) {
       const double e = desc[side].kv_dtype == QKV_DTYPE_F32   ? 4
@@ -1500,12 +1507,21 @@ void RunPaired(benchmark::State& state, PairedCase* c) {
       us_plain.push_back(t[0]);
       us_variant.push_back(t[1]);
       if (c->stream_floats > 0) {  // the read limit, this round
-        const auto s0 = std::chrono::steady_clock::now();
-        sink += StreamSum(c->stream.get(), c->stream_floats);
-        const double read_gbs =
-            double(c->stream_floats) * 4.0 / MicrosSince(s0) * 1e-3;
-        read_frac.push_back(c->kv_bytes[1] / t[1] * 1e-3 / read_gbs);
-        read_frac_plain.push_back(c->kv_bytes[0] / t[0] * 1e-3 / read_gbs);
+        double read_gbs[2];
+        for (int side = 0; side < 2; ++side) {
+          const float* p = side == 1 && c->stream_v ? c->stream_v.get()
+                                                    : c->stream.get();
+          if (side == 1 && p == c->stream.get()) {
+            read_gbs[1] = read_gbs[0];
+            break;
+          }
+          const auto s0 = std::chrono::steady_clock::now();
+          sink += StreamSum(p, c->stream_floats);
+          read_gbs[side] =
+              double(c->stream_floats) * 4.0 / MicrosSince(s0) * 1e-3;
+        }
+        read_frac.push_back(c->kv_bytes[1] / t[1] * 1e-3 / read_gbs[1]);
+        read_frac_plain.push_back(c->kv_bytes[0] / t[0] * 1e-3 / read_gbs[0]);
       }
     }
   }

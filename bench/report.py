@@ -407,7 +407,9 @@ def vs_plain_lines(rows, read_1t=None):
            "at least 90%% of f32's speed. K and V on 2 MiB pages (Linux's "
            "transparent huge pages through madvise; granted: the share the "
            "kernel gave) against the same values on ordinary memory: no "
-           "target, a measurement for users who allocate their own cache. "
+           "target, a measurement for users who allocate their own cache; "
+           "each side's read fraction is against a read of its own kind of "
+           "pages. "
            "max diff: max |out - dense out| / "
            "max |v| for the layouts (the same values in another layout) and "
            "the element types (what quantizing K and V cost)." % most_reps,
