@@ -135,37 +135,30 @@ struct FreeDeleter {
 };
 using Buffer = std::unique_ptr<float, FreeDeleter>;
 
-Buffer AllocFloats(size_t n) {
+// n floats (zeroed), `align`-aligned, the size rounded up to a multiple of
+// it; with `huge`, 2 MiB-aligned and on 2 MiB pages where the kernel grants
+// them (madvise(MADV_HUGEPAGE) before the first touch: Linux's transparent
+// huge pages in their "madvise" or "always" mode; "never" leaves 4 KiB
+// pages; HugeBytes says how much the kernel did back). Aborts when out of
+// memory.
+Buffer AllocAligned(size_t n, size_t align, bool huge = false) {
+  if (huge) align = size_t{2} << 20;
   const size_t bytes =
-      ((std::max<size_t>(n, 1) * sizeof(float)) + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, bytes);
-  if (p == nullptr) {
-    std::fprintf(stderr, "qkv_bench: out of memory (%zu bytes)\n", bytes);
-    std::abort();
-  }
-  std::memset(p, 0, bytes);
-  return Buffer(static_cast<float*>(p));
-}
-
-// n floats on 2 MiB pages where the kernel grants them: 2 MiB aligned and
-// madvise(MADV_HUGEPAGE) (Linux's transparent huge pages in their "madvise"
-// or "always" mode; "never" leaves 4 KiB pages). HugeBytes says how much of
-// the buffer the kernel did back with huge pages.
-Buffer AllocHugeFloats(size_t n) {
-  constexpr size_t kHuge = size_t{2} << 20;
-  const size_t bytes =
-      (std::max<size_t>(n, 1) * sizeof(float) + kHuge - 1) / kHuge * kHuge;
-  void* p = std::aligned_alloc(kHuge, bytes);
+      (std::max<size_t>(n, 1) * sizeof(float) + align - 1) / align * align;
+  void* p = std::aligned_alloc(align, bytes);
   if (p == nullptr) {
     std::fprintf(stderr, "qkv_bench: out of memory (%zu bytes)\n", bytes);
     std::abort();
   }
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  madvise(p, bytes, MADV_HUGEPAGE);  // a hint: failing leaves 4 KiB pages
+  if (huge) madvise(p, bytes, MADV_HUGEPAGE);  // a hint: may leave 4 KiB
 #endif
   std::memset(p, 0, bytes);
   return Buffer(static_cast<float*>(p));
 }
+
+Buffer AllocFloats(size_t n) { return AllocAligned(n, 64); }
+Buffer AllocHugeFloats(size_t n) { return AllocAligned(n, 0, true); }
 
 // Bytes of huge pages (AnonHugePages) in the mappings that hold a or b (each
 // mapping once: the kernel may join the two), from /proc/self/smaps; 0

@@ -1858,7 +1858,7 @@ struct Flash {
   // the 512 lines of a 64-key block of d 128 went out in the first eighth
   // of the output): GQA-4 decoding from DRAM (16k keys) 0.90-0.92x the
   // time on highway:AVX2 and xsimd:avx2, GQA-8 (128 MiB of K and V)
-  // 0.87-0.90x; 16-lane targets step as before (2 passes: the same count).
+  // 0.86-0.90x; 16-lane targets step as before (2 passes: the same count).
   static int64_t JointKeySteps(int64_t rows, int64_t nb, int64_t dv) {
     const int64_t pass =
         RowOutputUnroll<4>() * static_cast<int64_t>(O::Lanes());
