@@ -136,13 +136,11 @@ struct FreeDeleter {
 using Buffer = std::unique_ptr<float, FreeDeleter>;
 
 // n floats (zeroed), `align`-aligned, the size rounded up to a multiple of
-// it; with `huge`, 2 MiB-aligned and on 2 MiB pages where the kernel grants
-// them (madvise(MADV_HUGEPAGE) before the first touch: Linux's transparent
-// huge pages in their "madvise" or "always" mode; "never" leaves 4 KiB
-// pages; HugeBytes says how much the kernel did back). Aborts when out of
-// memory.
+// it; with `huge` (align 2 MiB) on 2 MiB pages where the kernel grants them
+// (madvise(MADV_HUGEPAGE) before the first touch: Linux's transparent huge
+// pages in their "madvise" or "always" mode; "never" leaves 4 KiB pages;
+// HugeBytes says how much the kernel did back). Aborts when out of memory.
 Buffer AllocAligned(size_t n, size_t align, bool huge = false) {
-  if (huge) align = size_t{2} << 20;
   const size_t bytes =
       (std::max<size_t>(n, 1) * sizeof(float) + align - 1) / align * align;
   void* p = std::aligned_alloc(align, bytes);
@@ -158,7 +156,9 @@ Buffer AllocAligned(size_t n, size_t align, bool huge = false) {
 }
 
 Buffer AllocFloats(size_t n) { return AllocAligned(n, 64); }
-Buffer AllocHugeFloats(size_t n) { return AllocAligned(n, 0, true); }
+Buffer AllocHugeFloats(size_t n) {
+  return AllocAligned(n, size_t{2} << 20, true);
+}
 
 // Bytes of huge pages (AnonHugePages) in the mappings that hold a or b (each
 // mapping once: the kernel may join the two), from /proc/self/smaps; 0
