@@ -369,9 +369,14 @@ def vs_plain_lines(rows, read_1t=None):
             elif read_1t and shape == "S1_decode":
                 frac = gbs / read_1t
             if frac is not None:
-                read += " (%.0f%%%s)" % (
+                # Beside a cache type's share, the f32 call's share of the
+                # same reads: what the VM's memory allowed f32 that round.
+                plain = ""
+                if typed and is_number(e["reps"][0].get("read_frac_plain")):
+                    plain = "; f32 %.0f%%" % (100 * agg("read_frac_plain"))
+                read += " (%.0f%%%s%s)" % (
                     100 * frac, "" if frac >= KV_READ_TARGET or not typed
-                    else ", **below 85%**")
+                    else ", **below 85%**", plain)
             if is_number(e["reps"][0].get("huge_frac")):
                 label += " (%.0f%% granted)" % (100 * agg("huge_frac"))
                 if is_number(e["reps"][0].get("read_frac_plain")):
@@ -403,7 +408,8 @@ def vs_plain_lines(rows, read_1t=None):
            "call; K and V as f16 or bf16 at least 1.8x faster than f32 in S1 "
            "decoding and int8 3x, their bytes (scales included) read at "
            "85%% or more of a streaming read (128 MiB, timed in each round "
-           "beside the pair), and f16 prefill (S2) "
+           "beside the pair; f32: the plain call's share of the same "
+           "reads), and f16 prefill (S2) "
            "at least 90%% of f32's speed. K and V on 2 MiB pages (Linux's "
            "transparent huge pages through madvise; granted: the share the "
            "kernel gave) against the same values on ordinary memory: no "
