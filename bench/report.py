@@ -369,18 +369,16 @@ def vs_plain_lines(rows, read_1t=None):
             elif read_1t and shape == "S1_decode":
                 frac = gbs / read_1t
             if frac is not None:
-                # Beside a cache type's share, the f32 call's share of the
-                # same reads: what the VM's memory allowed f32 that round.
-                plain = ""
-                if typed and is_number(e["reps"][0].get("read_frac_plain")):
-                    plain = "; f32 %.0f%%" % (100 * agg("read_frac_plain"))
-                read += " (%.0f%%%s%s)" % (
+                read += " (%.0f%%%s)" % (
                     100 * frac, "" if frac >= KV_READ_TARGET or not typed
-                    else ", **below 85%**", plain)
+                    else ", **below 85%**")
+            # Beside it, the plain f32 call's share of its own read of the
+            # same round: what the VM's memory allowed f32 then.
+            if is_number(e["reps"][0].get("read_frac_plain")):
+                read += "; %s %.0f%%" % ("f32" if typed else "plain",
+                                         100 * agg("read_frac_plain"))
             if is_number(e["reps"][0].get("huge_frac")):
                 label += " (%.0f%% granted)" % (100 * agg("huge_frac"))
-                if is_number(e["reps"][0].get("read_frac_plain")):
-                    read += "; plain %.0f%%" % (100 * agg("read_frac_plain"))
         table.append([
             shape_label, label, backend,
             fmt_time(agg("us_plain")), fmt_time(agg("us_variant")),
