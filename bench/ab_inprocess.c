@@ -23,7 +23,8 @@
  * contains FILTER (default: every SIMD backend of library B), on the cases
  * whose name contains SHAPES (default: all). Prints one line per case: median A
  * and B time in us, B/A median [q1, q3], rounds. Build: bench/CMakeLists.txt
- * (target qkv_ab_inprocess; plain C, -ldl). */
+ * (target qkv_ab_inprocess; plain C, -ldl). QKV_AB_COLD=1: every call from
+ * memory (see evict_caches). */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
 #include <math.h>
@@ -137,12 +138,36 @@ static float *floats(size_t n, unsigned seed) {
   return p;
 }
 
+/* With QKV_AB_COLD set (non-empty, not "0"), each call is preceded by an
+ * untimed read of 96 MiB, so that it finds nothing of the last call's K and
+ * V in L3: a shape whose K and V fit L3 (S1_int8, S1_gqa8_decode: 33.5 MB)
+ * would otherwise be timed partly from cache, called back to back. */
+static volatile float cold_sink;
+static void evict_caches(void) {
+  static float *buf = NULL;
+  const size_t n = (size_t)24 << 20;
+  if (buf == NULL) {
+    buf = aligned_alloc(64, n * 4);
+    for (size_t i = 0; i < n; ++i) buf[i] = 1.0f;
+  }
+  float s = 0.0f;
+  for (size_t i = 0; i < n; i += 16) s += buf[i];
+  cold_sink = s;
+}
+
+static int cold_calls(void) {
+  const char *e = getenv("QKV_AB_COLD");
+  return e != NULL && e[0] != '\0' && strcmp(e, "0") != 0;
+}
+
 /* Fastest of `calls` calls of l on desc, in us. */
 static double best(const lib *l, const qkv_attention_desc *d, const float *q,
                    const void *k, const void *v, float *out, void *ws,
                    size_t ws_size, int calls, const grads *g) {
   double t_best = 1e30;
+  const int cold = cold_calls();
   for (int c = 0; c < calls; ++c) {
+    if (cold) evict_caches();
     const double t0 = now_us();
     const qkv_status st =
         g != NULL ? l->bwd(d, q, k, v, g->out, g->lse, g->d_out, g->d_q, g->d_k,

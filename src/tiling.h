@@ -377,12 +377,23 @@ inline size_t SplitTasks(const Problem& p, size_t tile_rows) {
   return NumTileTasks(p, tile_rows) * static_cast<size_t>(KeySplits(p));
 }
 
-// Split-major: consecutive tasks take the same keys of consecutive kv heads,
-// so a token-major cache ([token][kv_heads][dim]: a head's rows 16 KiB apart
-// for 32 heads of d 128, each row on its own 4 KiB page) is walked a few
-// hundred pages at a time, which the TLB holds for the next heads, instead
-// of every page of the cache once per head (1.66x slower decoding, measured).
-// Dense caches read the same bytes either way.
+// The order of the splits' tasks follows the cache. Where a kv head's K
+// rows (and V rows) come before the next head's (dense, head-major
+// strides), head-major: consecutive tasks take consecutive keys of one kv
+// head, so a worker going from task to task reads one stream that goes on
+// where the last task stopped, which the hardware prefetchers keep
+// following (S1 decoding on Zen 5, one worker, against split-major: f32
+// 0.98x the time, f16 and bf16 0.92x, int8 0.88x, whose 512-key splits are
+// 64 KiB of K: a fresh stream every 2 us). Elsewhere (a token-major cache,
+// [token][kv_heads][dim]: a head's rows 16 KiB apart for 32 heads of d 128,
+// each row on its own 4 KiB page) split-major: consecutive tasks take the
+// same keys of consecutive kv heads, so the cache is walked a few hundred
+// pages at a time, which the TLB holds for the next heads, instead of every
+// page of the cache once per head (1.66x slower decoding, measured).
+inline bool SplitsHeadMajor(const Problem& p) {
+  return !(p.k_sh > 0 && p.k_sh < p.k_st) && !(p.v_sh > 0 && p.v_sh < p.v_st);
+}
+
 inline TileTask SplitTaskAt(const Problem& p, size_t task, size_t tile_rows) {
   const int64_t splits = KeySplits(p);
   if (InterleavesHeads(p)) {  // split-major too: (split, batch, head group)
@@ -401,8 +412,10 @@ inline TileTask SplitTaskAt(const Problem& p, size_t task, size_t tile_rows) {
   }
   if (splits == 1) return TileTaskAt(p, task, tile_rows);
   const size_t heads = NumTileTasks(p, tile_rows);
-  TileTask r = TileTaskAt(p, task % heads, tile_rows);
-  r.split = static_cast<int64_t>(task / heads);
+  const size_t n = static_cast<size_t>(splits);
+  const bool head_major = SplitsHeadMajor(p);
+  TileTask r = TileTaskAt(p, head_major ? task / n : task % heads, tile_rows);
+  r.split = static_cast<int64_t>(head_major ? task % n : task / heads);
   r.key_begin = r.split * kSplitKeys;
   r.key_end = r.key_begin + kSplitKeys < p.kv_len ? r.key_begin + kSplitKeys
                                                   : p.kv_len;

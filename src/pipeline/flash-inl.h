@@ -2009,11 +2009,13 @@ struct Flash {
     // during its values (keys_late: AMD; S1 decoding from DRAM on Zen 4,
     // f32 0.80-0.92x the time, f16 and bf16 0.77-0.97x; on Emerald Rapids
     // 1.01-1.05x). KeysPrefetchedLate() says which (src/engine.h). Not
-    // where converting the block is the bound, int8 and binary16 without
-    // F16C (4-lane x86 targets): there the extra steps cost 1.01-1.09x.
+    // where converting the block is the bound, int8 on 8- and 4-lane
+    // targets and binary16 without F16C (4-lane x86 targets): there the
+    // extra steps cost 1.01-1.09x on Zen 4 (int8 on Zen 5, every call from
+    // DRAM: AVX-512 0.84-0.90x the time, AVX2 0.99-1.00x, SSE4 1.01x).
     const bool keys_late =
         prefetch && !joint && KeysPrefetchedLate() &&
-        op.ksrc.dtype != QKV_DTYPE_I8 &&
+        (op.ksrc.dtype != QKV_DTYPE_I8 || O::Lanes() >= 16) &&
         !(op.ksrc.dtype == QKV_DTYPE_F16 && O::Lanes() < 8);
     // With keys_late, f32 keys on 16-lane targets are left to the hardware
     // prefetchers, which follow the first row's scores reading them in
@@ -2030,13 +2032,19 @@ struct Flash {
       const int64_t nb_all = BlockKeys(j0, stop);
       // With keys_late (one row at a time) the next block's keys stream in
       // during the first row's values instead (pk, a key's share a key).
-      BlockPrefetch pf(prefetch, op, dv, j0, nb_all, stop, nb_all / 4,
+      // The next block's keys are prefetched past the end of a split, up
+      // to the rows' last visible key: with head-major splits
+      // (SplitsHeadMajor) they are the next task's first block, which
+      // would otherwise start cold (S1 decoding on Zen 5, one worker:
+      // f16 and bf16 0.89-0.93x the time, int8 0.97x, GQA-8 0.90-0.95x;
+      // two workers, which take adjacent splits, unchanged).
+      BlockPrefetch pf(prefetch, op, dv, j0, nb_all, span.end, nb_all / 4,
                        joint && rows >= 4 ? JointKeySteps(rows, nb_all, dv)
                        : keys_late        ? 0
                                           : nb_all / 4,
                        PrefetchTo::kL2);
       BlockPrefetch late(keys_late && !hardware_keys, op, dv, j0, nb_all,
-                         stop, 0, nb_all, PrefetchTo::kL2);
+                         span.end, 0, nb_all, PrefetchTo::kL2);
       PrefetchStream* const pk = keys_late ? &late.k : nullptr;
       // For the scores that read the block's keys first (the first row's,
       // or the joint rows'), streaming them from memory and stepping the
