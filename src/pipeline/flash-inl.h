@@ -2147,7 +2147,9 @@ struct Flash {
 #else
     const bool lead = false;
 #endif
-    const int64_t step = lead ? kInterleaveKeysPrefetched : kInterleaveKeys;
+    const int64_t step = lead                    ? kInterleaveKeysPrefetched
+                         : !fused && O::Lanes() >= 16 ? kInterleaveKeysWide
+                                                      : kInterleaveKeys;
     const int64_t start =
         span.begin > task.key_begin ? span.begin : task.key_begin;
     const int64_t stop = span.end < task.key_end ? span.end : task.key_end;
