@@ -339,9 +339,9 @@ inline TileTask TileTaskAt(const Problem& p, size_t task, size_t tile_rows) {
 // hardware prefetchers alone fall short (joint rows, rows not on 64-byte
 // lines) the walk goes kInterleaveKeysPrefetched keys at a time and
 // prefetches the piece kPieceLead pieces ahead (RunRowsHeads). f32 rows on
-// 16-lane targets go kInterleaveKeysWide keys at a time (S1 token-major on
-// Zen 5: 0.92x the time of 8 keys on AVX-512, 64 keys 0.93-0.94x; AVX2
-// 0.98x and SSE4 1.11-1.14x, which keep 8).
+// 16-lane x86 targets go kInterleaveKeysWide keys at a time (S1
+// token-major on Zen 5: 0.92x the time of 8 keys on AVX-512, 64 keys
+// 0.93-0.94x; AVX2 0.98x and SSE4 1.11-1.14x, which keep 8).
 constexpr int64_t kHeadGroupMax = 32;
 constexpr int64_t kInterleaveKeys = 8;
 constexpr int64_t kInterleaveKeysWide = 32;

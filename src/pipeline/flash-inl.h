@@ -2027,24 +2027,31 @@ struct Flash {
     const bool hardware_keys =
         keys_late && op.ksrc.dtype == QKV_DTYPE_F32 && O::Lanes() >= 16;
     const int64_t s_floats = static_cast<int64_t>(RowScoreFloats(O::Lanes()));
+    // The next block's keys are prefetched past the end of a split, up to
+    // the rows' last visible key: with head-major splits (SplitsHeadMajor)
+    // they are the next task's first block, which would otherwise start
+    // cold (S1 decoding on Zen 5, one worker: f16 and bf16 0.89-0.93x the
+    // time, int8 0.97x, GQA-8 0.90-0.95x; two workers, which take adjacent
+    // splits, unchanged). x86 only: on AArch64 the extra prefetches raised
+    // the instructions per pair of S1 decoding by up to 3%
+    // (bench/arm_icount.sh), and no ARM machine here measures memory.
+#if defined(__x86_64__) || defined(__i386__)
+    const int64_t key_stop = span.end;
+#else
+    const int64_t key_stop = stop;
+#endif
     for (int64_t j0 = start; j0 < stop; j0 += kBlockKeys) {
       // The first row's scores prefetch this block's V (and the next K).
       const int64_t nb_all = BlockKeys(j0, stop);
       // With keys_late (one row at a time) the next block's keys stream in
       // during the first row's values instead (pk, a key's share a key).
-      // The next block's keys are prefetched past the end of a split, up
-      // to the rows' last visible key: with head-major splits
-      // (SplitsHeadMajor) they are the next task's first block, which
-      // would otherwise start cold (S1 decoding on Zen 5, one worker:
-      // f16 and bf16 0.89-0.93x the time, int8 0.97x, GQA-8 0.90-0.95x;
-      // two workers, which take adjacent splits, unchanged).
-      BlockPrefetch pf(prefetch, op, dv, j0, nb_all, span.end, nb_all / 4,
+      BlockPrefetch pf(prefetch, op, dv, j0, nb_all, key_stop, nb_all / 4,
                        joint && rows >= 4 ? JointKeySteps(rows, nb_all, dv)
                        : keys_late        ? 0
                                           : nb_all / 4,
                        PrefetchTo::kL2);
       BlockPrefetch late(keys_late && !hardware_keys, op, dv, j0, nb_all,
-                         span.end, 0, nb_all, PrefetchTo::kL2);
+                         key_stop, 0, nb_all, PrefetchTo::kL2);
       PrefetchStream* const pk = keys_late ? &late.k : nullptr;
       // For the scores that read the block's keys first (the first row's,
       // or the joint rows'), streaming them from memory and stepping the
@@ -2147,9 +2154,14 @@ struct Flash {
 #else
     const bool lead = false;
 #endif
-    const int64_t step = lead                    ? kInterleaveKeysPrefetched
-                         : !fused && O::Lanes() >= 16 ? kInterleaveKeysWide
-                                                      : kInterleaveKeys;
+#if defined(__x86_64__) || defined(__i386__)
+    const bool wide = !fused && O::Lanes() >= 16;
+#else
+    const bool wide = false;  // measured on x86 only
+#endif
+    const int64_t step = lead   ? kInterleaveKeysPrefetched
+                         : wide ? kInterleaveKeysWide
+                                : kInterleaveKeys;
     const int64_t start =
         span.begin > task.key_begin ? span.begin : task.key_begin;
     const int64_t stop = span.end < task.key_end ? span.end : task.key_end;
