@@ -718,6 +718,14 @@ std::vector<VCase> AllCases() {
     cs.push_back(Shape(n + "_streamed_decode", 1, 2, 2, 1, 16400, 128, 256)
                      .Lens({16390})
                      .Dtype(t));
+    // The same streamed decoding (int8: pipelined, the scores of one
+    // block beside the output of the one before) with every variant: a
+    // window starting mid-block, a row whose keys stop in a split's middle,
+    // splits with no visible key, sinks, softcap, ALiBi, bias.
+    cs.push_back(Shape(n + "_streamed_everything", 2, 2, 2, 1, 16400, 128, 40)
+                     .Everything(9000, -1)
+                     .QPos({16399, 12001})
+                     .Dtype(t));
     cs.push_back(Shape(n + "_tiny", 1, 2, 1, 1, 5, 8, 8).Dtype(t));
     cs.push_back(Shape(n + "_everything_token_major", 2, 4, 2, 33, 100, 16, 16)
                      .Everything(20, -1)
