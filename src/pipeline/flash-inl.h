@@ -1984,14 +1984,14 @@ struct Flash {
   // block's softmax follows the previous block's output; the output's
   // later pieces rescale by 1, which is exact): the same bits. S1 int8
   // decoding from DRAM on Zen 5 (QKV_AB_COLD=1): 0.91-0.96x the time on
-  // the AVX-512 and AVX2 backends, read share 0.78-0.80 -> 0.84-0.85 of
-  // the paired read; SSE4 1.00x; from cache 0.95-1.01x. 8, 12, 24 and 32
-  // keys a piece measured 1.02-1.05x the time of 16; the next block's
-  // values and the keys after it prefetched 1.03x, no value prefetch
-  // 0.89-1.10x, no key prefetch 1.6-2.4x, none 1.07x. Not for binary16 and
-  // bfloat16 caches (1.23x and 1.29x: they read twice the bytes a key and
-  // already read at the limit). Where keys are prefetched late (AMD: the
-  // machines measured) and on 8- and 16-lane targets.
+  // the AVX-512 and AVX2 backends, SSE4 1.00-1.02x; from cache 0.95-1.01x;
+  // the suite's read share 0.74-0.80 -> 0.80-0.85 of the paired read. 8,
+  // 12, 24 and 32 keys a piece measured 1.02-1.05x the time of 16; the
+  // next block's values and the keys after it prefetched 1.03x, no value
+  // prefetch 0.89-1.10x, no key prefetch 1.6-2.4x, none 1.07x
+  // (bench/README.md). Not for binary16 and bfloat16 caches (1.23x and
+  // 1.29x: they already read at the limit). Where keys are prefetched late
+  // (AMD: the machines measured) and on 8- and 16-lane targets.
   static constexpr int64_t kPipeKeys = 16;
   static bool RowPipelined(const Problem& p, const Operands& op,
                            const TileTask& task) {
