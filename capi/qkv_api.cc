@@ -585,6 +585,7 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
   plan->parallel_for = parallel_for;
   plan->parallel_ctx = QKV_READ(parallel_ctx);
   plan->workers = parallel_for != nullptr ? num_workers : 1;
+  p.workers = static_cast<int64_t>(plan->workers);
   plan->engine = nullptr;
   plan->empty = batch == 0 || q_len == 0;
   plan->no_keys = kv_len == 0;

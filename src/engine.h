@@ -53,6 +53,10 @@ struct Problem {
   const float* alibi_slopes;          // NULL: no ALiBi
   float softcap;                      // 0: off
   const float* sinks;                 // NULL: no sinks
+  // Workers the call runs on (1 without a pool): engines may group work
+  // into fewer, larger tasks for few workers, never changing a result's
+  // bits (a task's arithmetic does not depend on which tasks it shares).
+  int64_t workers = 1;
 };
 
 // Workspace slices handed to run_task start 64-byte aligned.

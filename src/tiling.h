@@ -299,6 +299,8 @@ struct TileTask {
   int64_t key_begin, key_end;   // the keys this task scores
   int64_t heads;                // kv heads [kvh, kvh + heads): 1, or more
                                 // when InterleavesHeads
+  int64_t splits = 1;           // key splits [split, split + splits), each
+                                // [key_begin, key_end) cut at kSplitKeys
 };
 
 inline TileTask TileTaskAt(const Problem& p, size_t task, size_t tile_rows) {

@@ -192,6 +192,69 @@ INSTANTIATE_TEST_SUITE_P(Backends, DeterminismTest,
                                             ::testing::ValuesIn(DetCases())),
                          DetParamName);
 
+// Decoding an int8 cache from memory (K and V past 8 MiB, one row per kv
+// head): where the engine pipelines it (src/pipeline/flash-inl.h,
+// SplitsPerTask), a task takes several key splits of a kv head, fewer the
+// more workers there are. Every pool size and schedule gives the bits of
+// the serial call, windows, causal rows, sinks, weights and lse included.
+TEST(DeterminismInt8Test, StreamedDecodeIdenticalForEveryPool) {
+  const int64_t batch = 2, heads = 3, kv_len = 9000, d = 128, dv = 96;
+  Problem p = MakeProblem(batch, heads, heads, 1, kv_len, d, dv, 4242u);
+  const int64_t rows = batch * heads * kv_len;
+  std::vector<int8_t> k8(static_cast<size_t>(rows * d));
+  std::vector<int8_t> v8(static_cast<size_t>(rows * dv));
+  std::vector<float> ks(static_cast<size_t>(rows)), vs(ks.size());
+  ASSERT_EQ(qkv_quantize_rows(QKV_DTYPE_I8, rows, d, p.k.data(), d,
+                              k8.data(), d, ks.data()),
+            QKV_OK);
+  ASSERT_EQ(qkv_quantize_rows(QKV_DTYPE_I8, rows, dv, p.v.data(), dv,
+                              v8.data(), dv, vs.data()),
+            QKV_OK);
+  const std::vector<int32_t> q_pos = {8999, 5000};
+  std::vector<float> sinks = {-1.0f, 0.5f, 2.0f};
+  qkv_attention_desc serial = p.desc;
+  serial.kv_dtype = QKV_DTYPE_I8;
+  serial.k_scales = ks.data();
+  serial.v_scales = vs.data();
+  serial.mask |= QKV_MASK_CAUSAL | QKV_MASK_WINDOW;
+  serial.window_left = 6000;
+  serial.window_right = -1;
+  serial.q_pos = q_pos.data();
+  serial.sinks = sinks.data();
+  for (const std::string& backend : BackendNames()) {
+    SCOPED_TRACE(backend);
+    serial.backend = backend.c_str();
+    auto run = [&](const qkv_attention_desc& desc) {
+      Outputs r;
+      r.out.assign(static_cast<size_t>(NumOut(desc)), 0.0f);
+      r.weights.assign(static_cast<size_t>(NumWeights(desc)), 0.0f);
+      r.lse.assign(static_cast<size_t>(NumLse(desc)), 0.0f);
+      std::vector<unsigned char> ws(qkv_attention_workspace_size(&desc));
+      r.status = qkv_attention(&desc, p.q.data(), k8.data(), v8.data(),
+                               r.out.data(), r.weights.data(), r.lse.data(),
+                               ws.data(), ws.size());
+      return r;
+    };
+    const Outputs base = run(serial);
+    ASSERT_EQ(base.status, QKV_OK) << qkv_status_string(base.status);
+    for (size_t workers : {size_t{1}, size_t{2}, size_t{3}, size_t{8}}) {
+      ThreadPool pool(workers);
+      CountingPool counting{&pool};
+      qkv_attention_desc desc = serial;
+      desc.parallel_for = &CountingPool::ParallelFor;
+      desc.parallel_ctx = &counting;
+      desc.num_workers = workers;
+      ExpectSameBits(base, run(desc),
+                     "ThreadPool(" + std::to_string(workers) + ")");
+      ShuffledPool shuffled{std::mt19937(17u + workers), workers};
+      desc.parallel_for = &ShuffledPool::ParallelFor;
+      desc.parallel_ctx = &shuffled;
+      ExpectSameBits(base, run(desc),
+                     "shuffled pool of " + std::to_string(workers));
+    }
+  }
+}
+
 // Reentrancy: concurrent calls from several threads (each with its own
 // workspace, sharing nothing else) give the same bits as calls made one at a
 // time; no static scratch inside the library.
