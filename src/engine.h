@@ -53,10 +53,11 @@ struct Problem {
   const float* alibi_slopes;          // NULL: no ALiBi
   float softcap;                      // 0: off
   const float* sinks;                 // NULL: no sinks
-  // Workers the call runs on (1 without a pool): engines may group work
-  // into fewer, larger tasks for few workers, never changing a result's
-  // bits (a task's arithmetic does not depend on which tasks it shares).
-  int64_t workers = 1;
+  // Workers the call runs on (1 without a pool; 0 reads as 1): engines may
+  // group work into fewer, larger tasks for few workers, never changing a
+  // result's bits (a task's arithmetic does not depend on which tasks it
+  // shares). No default member initializer: Problem stays trivial.
+  int64_t workers;
 };
 
 // Workspace slices handed to run_task start 64-byte aligned.

@@ -299,7 +299,7 @@ struct TileTask {
   int64_t key_begin, key_end;   // the keys this task scores
   int64_t heads;                // kv heads [kvh, kvh + heads): 1, or more
                                 // when InterleavesHeads
-  int64_t splits = 1;           // key splits [split, split + splits), each
+  int64_t splits;               // key splits [split, split + splits), each
                                 // [key_begin, key_end) cut at kSplitKeys
 };
 
@@ -318,6 +318,7 @@ inline TileTask TileTaskAt(const Problem& p, size_t task, size_t tile_rows) {
   r.r0 = (t - bkv * tiles) * size;
   r.rows = total - r.r0 < size ? total - r.r0 : size;
   r.split = 0;
+  r.splits = 1;
   r.key_begin = 0;
   r.key_end = p.kv_len;
   r.heads = 1;

@@ -2082,6 +2082,7 @@ struct Flash {
     // Finishes the splits before `to` (their outputs complete), each
     // leaving the row's state as a task's SetUpRowPath does.
     int64_t next = task.split;
+    const int64_t s_end = task.split + task.splits;
     auto finish_to = [&](int64_t to) {
       for (; next < to; ++next) {
         FinishRows(p, split_task(next), shared, tile);
@@ -2090,7 +2091,6 @@ struct Flash {
         for (int64_t c = 0; c < dv; ++c) o[c] = 0.0f;
       }
     };
-    const int64_t s_end = task.split + task.splits;
     for (int64_t s = task.split; s < s_end; ++s) {
       const TileTask sp = split_task(s);
       const int64_t start = span.begin > sp.key_begin ? span.begin : sp.key_begin;
