@@ -1441,10 +1441,7 @@ void CheckWorkerCounts(const BCase& c, const std::string& backend) {
   for (size_t workers : {size_t{1}, size_t{2}, size_t{3}, size_t{8}}) {
     ThreadPool pool(workers);
     CountingPool counting{&pool};
-    qkv_attention_desc d = serial;
-    d.parallel_for = &CountingPool::ParallelFor;
-    d.parallel_ctx = &counting;
-    d.num_workers = workers;
+    const qkv_attention_desc d = OnPool(serial, &counting, workers);
     for (int rep = 0; rep < 2; ++rep) {
       GradOptions o = opt;
       o.check_short_workspace = rep == 0;  // it grows with the workers
@@ -1461,11 +1458,10 @@ void CheckWorkerCounts(const BCase& c, const std::string& backend) {
     }
     ShuffledPool shuffled{std::mt19937(static_cast<uint32_t>(workers * 7919)),
                           workers};
-    d.parallel_for = &ShuffledPool::ParallelFor;
-    d.parallel_ctx = &shuffled;
     GradOptions o = opt;
     o.check_short_workspace = false;
-    EXPECT_TRUE(SameBits(base, RunBackward(*p, d, f, o)))
+    const qkv_attention_desc shuffled_desc = OnPool(serial, &shuffled, workers);
+    EXPECT_TRUE(SameBits(base, RunBackward(*p, shuffled_desc, f, o)))
         << workers << " workers, shuffled schedule: differs";
   }
 }

@@ -138,10 +138,7 @@ TEST_P(DeterminismTest, BitwiseIdenticalForEveryPoolAndSchedule) {
   for (size_t workers = 1; workers <= 8; ++workers) {
     ThreadPool pool(workers);
     CountingPool counting{&pool};
-    qkv_attention_desc d = serial;
-    d.parallel_for = &CountingPool::ParallelFor;
-    d.parallel_ctx = &counting;
-    d.num_workers = workers;
+    const qkv_attention_desc d = OnPool(serial, &counting, workers);
     for (int rep = 0; rep < 2; ++rep) {
       // Run 0 also checks the 1-byte-short workspace (it grows with the
       // workers); run 1 is a single call, so it counts parallel_for calls.
@@ -240,16 +237,10 @@ TEST(DeterminismInt8Test, StreamedDecodeIdenticalForEveryPool) {
     for (size_t workers : {size_t{1}, size_t{2}, size_t{3}, size_t{8}}) {
       ThreadPool pool(workers);
       CountingPool counting{&pool};
-      qkv_attention_desc desc = serial;
-      desc.parallel_for = &CountingPool::ParallelFor;
-      desc.parallel_ctx = &counting;
-      desc.num_workers = workers;
-      ExpectSameBits(base, run(desc),
+      ExpectSameBits(base, run(OnPool(serial, &counting, workers)),
                      "ThreadPool(" + std::to_string(workers) + ")");
       ShuffledPool shuffled{std::mt19937(17u + workers), workers};
-      desc.parallel_for = &ShuffledPool::ParallelFor;
-      desc.parallel_ctx = &shuffled;
-      ExpectSameBits(base, run(desc),
+      ExpectSameBits(base, run(OnPool(serial, &shuffled, workers)),
                      "shuffled pool of " + std::to_string(workers));
     }
   }

@@ -2093,7 +2093,8 @@ struct Flash {
     };
     for (int64_t s = task.split; s < s_end; ++s) {
       const TileTask sp = split_task(s);
-      const int64_t start = span.begin > sp.key_begin ? span.begin : sp.key_begin;
+      const int64_t start =
+          span.begin > sp.key_begin ? span.begin : sp.key_begin;
       const int64_t stop = span.end < sp.key_end ? span.end : sp.key_end;
       for (int64_t j0 = start; j0 < stop; j0 += kBlockKeys) {
         const int64_t nb_all = BlockKeys(j0, stop);

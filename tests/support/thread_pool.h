@@ -257,6 +257,15 @@ struct CountingPool {
   }
 };
 
+// `d` run through `pool` (a CountingPool or ShuffledPool) on `workers`.
+template <class Pool>
+qkv_attention_desc OnPool(qkv_attention_desc d, Pool* pool, size_t workers) {
+  d.parallel_for = &Pool::ParallelFor;
+  d.parallel_ctx = pool;
+  d.num_workers = workers;
+  return d;
+}
+
 }  // namespace qkv_test
 
 #endif  // QKV_TESTS_SUPPORT_THREAD_POOL_H_
