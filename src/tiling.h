@@ -401,6 +401,16 @@ inline bool SplitsHeadMajor(const Problem& p) {
   return !(p.k_sh > 0 && p.k_sh < p.k_st) && !(p.v_sh > 0 && p.v_sh < p.v_st);
 }
 
+// r takes splits [first, first + count): their keys, to kv_len.
+inline void SetSplits(const Problem& p, int64_t first, int64_t count,
+                      TileTask* r) {
+  r->split = first;
+  r->splits = count;
+  r->key_begin = first * kSplitKeys;
+  const int64_t end = (first + count) * kSplitKeys;
+  r->key_end = end < p.kv_len ? end : p.kv_len;
+}
+
 inline TileTask SplitTaskAt(const Problem& p, size_t task, size_t tile_rows) {
   const int64_t splits = KeySplits(p);
   if (InterleavesHeads(p)) {  // split-major too: (split, batch, head group)
@@ -411,10 +421,7 @@ inline TileTask SplitTaskAt(const Problem& p, size_t task, size_t tile_rows) {
     r.b = bg / groups;
     r.kvh = (bg - r.b * groups) * per;
     r.heads = p.kv_heads - r.kvh < per ? p.kv_heads - r.kvh : per;
-    r.split = t / (p.batch * groups);
-    r.key_begin = r.split * kSplitKeys;
-    r.key_end = r.key_begin + kSplitKeys < p.kv_len ? r.key_begin + kSplitKeys
-                                                    : p.kv_len;
+    SetSplits(p, t / (p.batch * groups), 1, &r);
     return r;
   }
   if (splits == 1) return TileTaskAt(p, task, tile_rows);
@@ -422,10 +429,8 @@ inline TileTask SplitTaskAt(const Problem& p, size_t task, size_t tile_rows) {
   const size_t n = static_cast<size_t>(splits);
   const bool head_major = SplitsHeadMajor(p);
   TileTask r = TileTaskAt(p, head_major ? task / n : task % heads, tile_rows);
-  r.split = static_cast<int64_t>(head_major ? task % n : task / heads);
-  r.key_begin = r.split * kSplitKeys;
-  r.key_end = r.key_begin + kSplitKeys < p.kv_len ? r.key_begin + kSplitKeys
-                                                  : p.kv_len;
+  SetSplits(p, static_cast<int64_t>(head_major ? task % n : task / heads), 1,
+            &r);
   return r;
 }
 

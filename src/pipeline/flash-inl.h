@@ -1994,12 +1994,14 @@ struct Flash {
   // 1.29x: they already read at the limit). Where keys are prefetched late
   // (AMD: the machines measured) and on 8- and 16-lane targets.
   static constexpr int64_t kPipeKeys = 16;
-  static bool RowPipelined(const Problem& p, const Operands& op,
-                           const TileTask& task) {
-    return task.rows == 1 && op.convert_k && op.convert_v &&
-           op.ksrc.dtype == QKV_DTYPE_I8 &&
-           (op.kind == kDot || op.kind == kDotScaled) && PrefetchesKv(p) &&
-           KeysPrefetchedLate() && O::Lanes() >= 8;
+  // (int8 K and V, dot scores: op.convert_k, op.convert_v, kDot or
+  // kDotScaled.)
+  static bool PipelinesInt8(const Problem& p) {
+    return p.kv_dtype == QKV_DTYPE_I8 && p.score == QKV_SCORE_DOT &&
+           PrefetchesKv(p) && KeysPrefetchedLate() && O::Lanes() >= 8;
+  }
+  static bool RowPipelined(const Problem& p, const TileTask& task) {
+    return task.rows == 1 && PipelinesInt8(p);
   }
 
   // A problem whose every task RowPipelined takes, split into key splits
@@ -2008,11 +2010,9 @@ struct Flash {
   // on across their boundaries, each split finished as its own task would
   // be (the same partials, merged the same way: the same bits).
   static bool DecodesPipelined(const Problem& p) {
-    return p.kv_dtype == QKV_DTYPE_I8 && p.score == QKV_SCORE_DOT &&
-           UsesRowPath(p) && p.group * p.q_len == 1 &&
+    return PipelinesInt8(p) && UsesRowPath(p) && p.group * p.q_len == 1 &&
            !InterleavesHeads(p) && !UsesTinyPath(p, O::Lanes()) &&
-           KeySplits(p) > 1 && SplitsHeadMajor(p) && PrefetchesKv(p) &&
-           KeysPrefetchedLate() && O::Lanes() >= 8;
+           KeySplits(p) > 1 && SplitsHeadMajor(p);
   }
 
   // Consecutive splits per task: as many as leave at least 4 tasks a
@@ -2044,11 +2044,8 @@ struct Flash {
     const int64_t n = KeySplits(p), per_head = (n + g - 1) / g;
     const int64_t t = static_cast<int64_t>(task);
     TileTask r = TileTaskAt(p, static_cast<size_t>(t / per_head), TaskRows(p));
-    r.split = (t % per_head) * g;
-    r.splits = n - r.split < g ? n - r.split : g;
-    r.key_begin = r.split * kSplitKeys;
-    const int64_t end = (r.split + r.splits) * kSplitKeys;
-    r.key_end = end < p.kv_len ? end : p.kv_len;
+    const int64_t first = (t % per_head) * g;
+    SetSplits(p, first, n - first < g ? n - first : g, &r);
     return r;
   }
 
@@ -2072,11 +2069,7 @@ struct Flash {
     // Split s of the task as a task of its own.
     auto split_task = [&](int64_t s) {
       TileTask t = task;
-      t.split = s;
-      t.splits = 1;
-      t.key_begin = s * kSplitKeys;
-      t.key_end = t.key_begin + kSplitKeys < p.kv_len ? t.key_begin + kSplitKeys
-                                                      : p.kv_len;
+      SetSplits(p, s, 1, &t);
       return t;
     };
     // Finishes the splits before `to` (their outputs complete), each
@@ -2707,7 +2700,7 @@ struct Flash {
       RunRowPhases(p, op, t, shared, tile);
       return;
     }
-    if (t.row_path && RowPipelined(p, op, t)) {
+    if (t.row_path && RowPipelined(p, t)) {
       RunRowPipelined(p, op, t, shared, tile);
       return;
     }
