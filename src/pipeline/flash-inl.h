@@ -1994,6 +1994,15 @@ struct Flash {
   // 1.29x: they already read at the limit). Where keys are prefetched late
   // (AMD: the machines measured) and on 8- and 16-lane targets.
   static constexpr int64_t kPipeKeys = 16;
+  // The software prefetches run for a task's first kPipeWarmKeys keys
+  // only: by then the hardware prefetchers follow the K and V streams,
+  // which a task of several splits (SplitsPerTask) reads on for thousands
+  // of keys, and the prefetch instructions only cost time (from cache
+  // 1.2x; S1 int8 from DRAM on Zen 5, tasks of a whole kv head: highway:AVX3
+  // and xsimd:avx512f 0.84-0.89x the time, AVX2 0.93-0.95x, suite's read
+  // share 0.80 -> 0.88-0.90; tasks of one split keep every prefetch, and
+  // none at all there measured 1.02x, shorter warm-ups 1.08x).
+  static constexpr int64_t kPipeWarmKeys = kSplitKeys;
   // (int8 K and V, dot scores: op.convert_k, op.convert_v, kDot or
   // kDotScaled.)
   static bool PipelinesInt8(const Problem& p) {
@@ -2084,6 +2093,7 @@ struct Flash {
         for (int64_t c = 0; c < dv; ++c) o[c] = 0.0f;
       }
     };
+    int64_t j_first = -1;  // the task's first block
     for (int64_t s = task.split; s < s_end; ++s) {
       const TileTask sp = split_task(s);
       const int64_t start =
@@ -2096,9 +2106,10 @@ struct Flash {
         const int64_t nb = hi - lo;
         if (nb <= 0) continue;
         // As RunRows, the next block's keys up to the row's last visible
-        // key, past the split's end.
-        BlockPrefetch pf(true, op, dv, j0, nb_all, span.end, nb_all / 4,
-                         nb_all / 4, PrefetchTo::kL2);
+        // key, past the split's end; in the task's first kPipeWarmKeys.
+        if (j_first < 0) j_first = j0;
+        BlockPrefetch pf(j0 - j_first < kPipeWarmKeys, op, dv, j0, nb_all,
+                         span.end, nb_all / 4, nb_all / 4, PrefetchTo::kL2);
         float* const st = buf[cur ^ 1];
         for (int64_t a = 0, b = 0; a < nb || b < p_nb;) {
           if (a < nb) {
