@@ -1999,9 +1999,11 @@ struct Flash {
   // which a task of several splits (SplitsPerTask) reads on for thousands
   // of keys, and the prefetch instructions only cost time (from cache
   // 1.2x; S1 int8 from DRAM on Zen 5, tasks of a whole kv head: highway:AVX3
-  // and xsimd:avx512f 0.84-0.89x the time, AVX2 0.93-0.95x, suite's read
-  // share 0.80 -> 0.88-0.90; tasks of one split keep every prefetch, and
-  // none at all there measured 1.02x, shorter warm-ups 1.08x).
+  // and xsimd:avx512f 0.84-0.92x the time, AVX2 0.93-0.94x in one harness
+  // and 1.04-1.06x in another, suite's read share 0.80 -> 0.88-0.90; tasks
+  // of one split keep every prefetch, and none at all there measured
+  // 1.02x, shorter warm-ups 1.08x). (The "none 1.07x" above: one-split
+  // tasks.)
   static constexpr int64_t kPipeWarmKeys = kSplitKeys;
   // (int8 K and V, dot scores: op.convert_k, op.convert_v, kDot or
   // kDotScaled.)
