@@ -35,6 +35,22 @@ constexpr size_t kMaxStructSize = 4096;
 static_assert(QKV_FIELD_END(kv_start) <= sizeof(qkv_attention_desc),
               "kv_start must be the descriptor's last field");
 
+// The 0.2 descriptor: through kv_start, padded to the alignment of its
+// widest members (int64_t, pointers, size_t as this target aligns them in a
+// struct). What the exported qkv_attention_desc_init writes, forever.
+struct Desc02Align {
+  size_t s;
+  int64_t i;
+  const void* p;
+};
+constexpr size_t kDescSize02 =
+    (QKV_FIELD_END(kv_start) + alignof(Desc02Align) - 1) /
+    alignof(Desc02Align) * alignof(Desc02Align);
+static_assert(sizeof(void*) != 8 || kDescSize02 == 408,
+              "the 0.2 descriptor is 408 bytes on 64-bit targets");
+static_assert(kDescSize02 <= sizeof(qkv_attention_desc),
+              "the descriptor only grows");
+
 // One code path reads every struct_size (smaller builds): the field checks
 // cost a compare each. Elsewhere the common case, struct_size == sizeof, has
 // its own copy of PlanFrom with the checks folded away.
@@ -1138,6 +1154,31 @@ qkv_status RunBackward(const qkv_attention_desc* desc, const float* q,
 #undef QKV_INVALID_F
 #undef QKV_REFUSE
 
+// Fills the first `size` bytes of `desc`: this library's defaults for the
+// fields that fit, zeros for the rest (a newer header's fields).
+void InitSized(qkv_attention_desc* desc, size_t size, int64_t batch,
+               int64_t q_heads, int64_t kv_heads, int64_t q_len, int64_t kv_len,
+               int64_t head_dim, int64_t value_dim) {
+  if (desc == nullptr || size < sizeof(size_t)) return;
+  qkv_attention_desc d;
+  memset(&d, 0, sizeof(d));
+  d.batch = batch;
+  d.q_heads = q_heads;
+  d.kv_heads = kv_heads;
+  d.q_len = q_len;
+  d.kv_len = kv_len;
+  d.head_dim = head_dim;
+  d.value_dim = value_dim;
+  d.score = QKV_SCORE_DOT;
+  d.scale = qkv::DefaultScale(head_dim);
+  d.mask = QKV_MASK_NONE;
+  d.kv_dtype = QKV_DTYPE_F32;
+  d.struct_size = size;
+  const size_t known = size < sizeof(d) ? size : sizeof(d);
+  memcpy(desc, &d, known);
+  if (size > known) memset(reinterpret_cast<char*>(desc) + known, 0, size - known);
+}
+
 }  // namespace
 }  // namespace qkv
 
@@ -1177,24 +1218,25 @@ QKV_API const char* qkv_status_string(qkv_status status) {
   return "unknown qkv_status value";
 }
 
+QKV_API void qkv_attention_desc_init_sized(qkv_attention_desc* desc,
+                                           size_t struct_size, int64_t batch,
+                                           int64_t q_heads, int64_t kv_heads,
+                                           int64_t q_len, int64_t kv_len,
+                                           int64_t head_dim,
+                                           int64_t value_dim) {
+  qkv::InitSized(desc, struct_size, batch, q_heads, kv_heads, q_len, kv_len,
+                 head_dim, value_dim);
+}
+
+// What binaries built against 0.2's header call: the 0.2 struct, forever.
+// (This header's spelling of the name is a macro for its inline wrapper.)
+#undef qkv_attention_desc_init
 QKV_API void qkv_attention_desc_init(qkv_attention_desc* desc, int64_t batch,
                                      int64_t q_heads, int64_t kv_heads,
                                      int64_t q_len, int64_t kv_len,
                                      int64_t head_dim, int64_t value_dim) {
-  if (desc == nullptr) return;
-  memset(desc, 0, sizeof(*desc));
-  desc->struct_size = sizeof(*desc);
-  desc->batch = batch;
-  desc->q_heads = q_heads;
-  desc->kv_heads = kv_heads;
-  desc->q_len = q_len;
-  desc->kv_len = kv_len;
-  desc->head_dim = head_dim;
-  desc->value_dim = value_dim;
-  desc->score = QKV_SCORE_DOT;
-  desc->scale = qkv::DefaultScale(head_dim);
-  desc->mask = QKV_MASK_NONE;
-  desc->kv_dtype = QKV_DTYPE_F32;
+  qkv::InitSized(desc, qkv::kDescSize02, batch, q_heads, kv_heads, q_len,
+                 kv_len, head_dim, value_dim);
 }
 
 QKV_API size_t qkv_attention_workspace_size(const qkv_attention_desc* desc) {

@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "qkv/qkv.h"
 
@@ -17,7 +18,7 @@ namespace qkv_test {
 namespace {
 
 // Pinned values.
-static_assert(QKV_VERSION_MAJOR == 0 && QKV_VERSION_MINOR == 2 &&
+static_assert(QKV_VERSION_MAJOR == 0 && QKV_VERSION_MINOR == 3 &&
                   QKV_VERSION_PATCH == 0,
               "version macros");
 static_assert(QKV_OK == 0 && QKV_ERR_INVALID_ARGUMENT == 1 &&
@@ -124,7 +125,7 @@ static_assert(offsetof(qkv_attention_desc, kv_dtype) >
               "0.2 fields appended in order");
 
 TEST(AbiTest, VersionMatchesMacros) {
-  EXPECT_EQ(qkv_version(), (0u << 16) | (2u << 8) | 0u);
+  EXPECT_EQ(qkv_version(), (0u << 16) | (3u << 8) | 0u);
   EXPECT_EQ(qkv_version(), (uint32_t{QKV_VERSION_MAJOR} << 16) |
                                (uint32_t{QKV_VERSION_MINOR} << 8) |
                                uint32_t{QKV_VERSION_PATCH});
@@ -254,6 +255,108 @@ TEST(AbiTest, DescInitDefaults) {
   EXPECT_EQ(d.q_pos, nullptr);
   EXPECT_EQ(d.sinks, nullptr);
   EXPECT_EQ(d.kv_start, nullptr);
+}
+
+// The exported initializer of 0.2's binaries writes 0.2's struct and not
+// one byte more (408 bytes on 64-bit targets), whatever the library's
+// descriptor has grown to. This source calls it by its exported name, past
+// the header's inline spelling.
+#pragma push_macro("qkv_attention_desc_init")
+#undef qkv_attention_desc_init
+void (*const kExportedInit)(qkv_attention_desc*, int64_t, int64_t, int64_t,
+                            int64_t, int64_t, int64_t,
+                            int64_t) = &qkv_attention_desc_init;
+#pragma pop_macro("qkv_attention_desc_init")
+
+TEST(AbiTest, DescInitOf02WritesOnly02Bytes) {
+  const size_t size02 = sizeof(void*) == 8 ? 408 : sizeof(qkv_attention_desc);
+  unsigned char block[sizeof(qkv_attention_desc) + 64];
+  std::memset(block, 0xA5, sizeof block);
+  kExportedInit(reinterpret_cast<qkv_attention_desc*>(block), 1, 2, 1, 3, 5,
+                16, 8);
+  for (size_t i = size02; i < sizeof block; ++i) {
+    ASSERT_EQ(block[i], 0xA5) << "byte " << i << " written";
+  }
+  qkv_attention_desc d;
+  std::memcpy(&d, block, size02);
+  EXPECT_EQ(d.struct_size, size02);
+  EXPECT_EQ(d.q_heads, 2);
+  EXPECT_EQ(d.value_dim, 8);
+  EXPECT_FLOAT_EQ(d.scale, 0.25f);
+}
+
+// The sized initializer writes exactly struct_size bytes: the defaults of
+// the fields that fit, zeros past this library's struct, nothing after.
+TEST(AbiTest, DescInitSizedWritesExactlyItsSize) {
+  constexpr size_t kMax = sizeof(qkv_attention_desc) + 96;
+  const size_t sizes[] = {sizeof(size_t),
+                          offsetof(qkv_attention_desc, value_dim) + 8,
+                          offsetof(qkv_attention_desc, kv_dtype),
+                          sizeof(qkv_attention_desc) - 8,
+                          sizeof(qkv_attention_desc),
+                          sizeof(qkv_attention_desc) + 8,
+                          sizeof(qkv_attention_desc) + 40};
+  for (size_t size : sizes) {
+    unsigned char block[kMax + 32];
+    std::memset(block, 0xA5, sizeof block);
+    auto* d = reinterpret_cast<qkv_attention_desc*>(block);
+    qkv_attention_desc_init_sized(d, size, 2, 8, 4, 5, 7, 64, 32);
+    for (size_t i = size; i < sizeof block; ++i) {
+      ASSERT_EQ(block[i], 0xA5) << "size " << size << ": byte " << i;
+    }
+    EXPECT_EQ(d->struct_size, size);
+    qkv_attention_desc full;
+    qkv_attention_desc_init(&full, 2, 8, 4, 5, 7, 64, 32);
+    full.struct_size = size;
+    const size_t known = size < sizeof full ? size : sizeof full;
+    EXPECT_EQ(std::memcmp(block, &full, known), 0) << size;
+    for (size_t i = known; i < size; ++i) {
+      ASSERT_EQ(block[i], 0) << "size " << size << ": byte " << i;
+    }
+  }
+  // Too small to hold struct_size, or NULL: nothing written.
+  unsigned char small[sizeof(size_t)];
+  std::memset(small, 0xA5, sizeof small);
+  qkv_attention_desc_init_sized(reinterpret_cast<qkv_attention_desc*>(small),
+                                sizeof(size_t) - 1, 1, 1, 1, 1, 1, 1, 1);
+  for (unsigned char c : small) EXPECT_EQ(c, 0xA5);
+  qkv_attention_desc_init_sized(nullptr, sizeof(qkv_attention_desc), 1, 1, 1,
+                                1, 1, 1, 1);
+}
+
+// A descriptor the sized initializer made larger than this library's struct
+// (a newer header) is served while its extra bytes stay zero.
+TEST(AbiTest, DescInitSizedLargerStructIsServed) {
+  struct Newer {
+    qkv_attention_desc d;
+    int64_t future;
+  } n;
+  qkv_attention_desc_init_sized(&n.d, sizeof n, 1, 1, 1, 2, 3, 4, 4);
+  EXPECT_EQ(n.future, 0);
+  const float q[8] = {1, 2, 3, 4, 5, 6, 7, 8}, k[12] = {1}, v[12] = {2};
+  float out[8];
+  std::vector<unsigned char> ws(qkv_attention_workspace_size(&n.d) + 1);
+  EXPECT_EQ(qkv_attention_f32(&n.d, q, k, v, out, nullptr, nullptr, ws.data(),
+                              ws.size()),
+            QKV_OK);
+  n.future = 3;
+  EXPECT_EQ(qkv_attention_f32(&n.d, q, k, v, out, nullptr, nullptr, ws.data(),
+                              ws.size()),
+            QKV_ERR_UNSUPPORTED);
+}
+
+// This header's spelling is the sized initializer with this header's size.
+TEST(AbiTest, DescInitOfThisHeaderIsSized) {
+  qkv_attention_desc d;
+  std::memset(&d, 0xAB, sizeof d);
+  qkv_attention_desc_init(&d, 1, 1, 1, 1, 1, 4, 4);
+  EXPECT_EQ(d.struct_size, sizeof(qkv_attention_desc));
+  void (*init)(qkv_attention_desc*, int64_t, int64_t, int64_t, int64_t,
+               int64_t, int64_t, int64_t) = &qkv_attention_desc_init;
+  EXPECT_NE(init, kExportedInit);
+  std::memset(&d, 0xAB, sizeof d);
+  init(&d, 1, 1, 1, 1, 1, 4, 4);
+  EXPECT_EQ(d.struct_size, sizeof(qkv_attention_desc));
 }
 
 // The 0.2 entry points are exported and callable: a trivially valid call

@@ -39,7 +39,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define QKV_VERSION_MAJOR 0
-#define QKV_VERSION_MINOR 2
+#define QKV_VERSION_MINOR 3
 #define QKV_VERSION_PATCH 0
 
 /* (MAJOR << 16) | (MINOR << 8) | PATCH of the linked library. */
@@ -196,13 +196,48 @@ typedef struct qkv_attention_desc {
   const int32_t *kv_start;
 } qkv_attention_desc;
 
-/* Fills every field: struct_size = sizeof(qkv_attention_desc), the sizes,
- * score DOT, scale 1/sqrt(head_dim) (0 if head_dim <= 0), no mask, every
- * pointer NULL, every stride and count 0. NULL desc: does nothing. */
+/* Fills a descriptor of struct_size bytes, the size the caller's header
+ * gives it (added in 0.3): every field this library knows that fits in
+ * struct_size bytes gets its default (the sizes, score DOT, scale
+ * 1/sqrt(head_dim) or 0 if head_dim <= 0, no mask, every pointer NULL,
+ * every stride and count 0), every other byte of the struct_size becomes 0,
+ * and desc->struct_size = struct_size. Exactly struct_size bytes are
+ * written, never more: a program built against an older header gets its
+ * older struct, one built against a newer header (a larger struct than
+ * this library's) gets its extra fields zeroed, which the calls accept.
+ * NULL desc or struct_size < sizeof(size_t): writes nothing. */
+QKV_API void qkv_attention_desc_init_sized(qkv_attention_desc *desc,
+                                           size_t struct_size, int64_t batch,
+                                           int64_t q_heads, int64_t kv_heads,
+                                           int64_t q_len, int64_t kv_len,
+                                           int64_t head_dim,
+                                           int64_t value_dim);
+
+/* The initializer of binaries built against 0.2 and older headers: writes
+ * exactly the 0.2 descriptor (408 bytes on 64-bit targets, 336 on 32-bit
+ * ARM and RISC-V, 328 on i386; struct_size set to that), forever, whatever
+ * the library's own descriptor has grown to. Source built against this
+ * header never calls it: the spelling qkv_attention_desc_init(&d, ...) is
+ * the inline function below, which passes sizeof(qkv_attention_desc) as
+ * the compiler sees it to qkv_attention_desc_init_sized. */
 QKV_API void qkv_attention_desc_init(qkv_attention_desc *desc, int64_t batch,
                                      int64_t q_heads, int64_t kv_heads,
                                      int64_t q_len, int64_t kv_len,
                                      int64_t head_dim, int64_t value_dim);
+
+#ifndef QKV_NO_INLINE_INIT /* defined only inside the library */
+static inline void qkv_attention_desc_init_this_header_(
+    qkv_attention_desc *desc, int64_t batch, int64_t q_heads,
+    int64_t kv_heads, int64_t q_len, int64_t kv_len, int64_t head_dim,
+    int64_t value_dim) {
+  qkv_attention_desc_init_sized(desc, sizeof(qkv_attention_desc), batch,
+                                q_heads, kv_heads, q_len, kv_len, head_dim,
+                                value_dim);
+}
+/* qkv_attention_desc_init(&d, ...) and &qkv_attention_desc_init both name
+ * the inline function: the struct size is the one this header declares. */
+#define qkv_attention_desc_init qkv_attention_desc_init_this_header_
+#endif
 
 /* Bytes of workspace qkv_attention_f32 needs for this descriptor (its shape,
  * score, backend and num_workers; the data pointers are not read). 0 when no

@@ -56,7 +56,7 @@ __all__ = [
 
 # The ABI this binding mirrors: qkv_attention_desc as of 0.2.
 _ABI_MAJOR = 0
-_ABI_MINOR = 2
+_ABI_MINOR = 3
 
 QKV_OK = 0
 QKV_ERR_INVALID_ARGUMENT = 1
@@ -242,6 +242,9 @@ def _bind(lib):
     lib.qkv_backend_count.restype = ctypes.c_size_t
     lib.qkv_backend_name.argtypes = [ctypes.c_size_t]
     lib.qkv_backend_name.restype = ctypes.c_char_p
+    lib.qkv_attention_desc_init_sized.argtypes = ([ctypes.POINTER(_Desc), ctypes.c_size_t]
+                                                  + [ctypes.c_int64] * 7)
+    lib.qkv_attention_desc_init_sized.restype = None
     lib.qkv_attention_workspace_size.argtypes = [ctypes.POINTER(_Desc)]
     lib.qkv_attention_workspace_size.restype = ctypes.c_size_t
     lib.qkv_attention_f32.argtypes = [ctypes.POINTER(_Desc)] + [ctypes.c_void_p] * 7 + [ctypes.c_size_t]
@@ -635,10 +638,11 @@ def _describe(q, k, v, scale, causal, valid_lens, bias, score, additive, window,
     if score_key not in _SCORES:
         raise ValueError('score must be "dot", "gaussian" or "additive", got %r' % (score,))
 
-    desc = _Desc()  # ctypes zero-fills: f32, dense, no window, no ALiBi, ...
-    desc.struct_size = ctypes.sizeof(_Desc)
-    desc.batch, desc.q_heads, desc.kv_heads = batch, heads, kv_heads
-    desc.q_len, desc.kv_len, desc.head_dim, desc.value_dim = lq, lk, d, dv
+    desc = _Desc()
+    # The library's defaults for the fields of the struct this binding knows
+    # (f32, dense, no window, no ALiBi, ...), and struct_size = its size.
+    _lib.qkv_attention_desc_init_sized(ctypes.byref(desc), ctypes.sizeof(_Desc), batch, heads,
+                                       kv_heads, lq, lk, d, dv)
     desc.score = _SCORES[score_key]
     desc.scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     desc.kv_dtype = _QUANTIZED[kv_dtype][0]

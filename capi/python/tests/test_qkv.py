@@ -219,6 +219,18 @@ class TestInfo(Case):
         self.assertEqual(ctypes.sizeof(qkv._Strides), 24)
         self.assertEqual([n for n, _ in qkv._Strides._fields_], ["batch", "head", "token"])
 
+    def test_sized_initializer_writes_the_bindings_struct(self):
+        # The binding's descriptor comes from qkv_attention_desc_init_sized with
+        # its own ctypes size: exactly that many bytes written, defaults set.
+        size = ctypes.sizeof(qkv._Desc)
+        buf = (ctypes.c_ubyte * (size + 32))(*([0xA5] * (size + 32)))
+        desc = qkv._Desc.from_buffer(buf)
+        qkv._lib.qkv_attention_desc_init_sized(ctypes.byref(desc), size, 1, 4, 2, 3, 5, 16, 8)
+        self.assertEqual(desc.struct_size, size)
+        self.assertEqual((desc.q_heads, desc.kv_heads, desc.head_dim, desc.value_dim), (4, 2, 16, 8))
+        self.assertAlmostEqual(desc.scale, 0.25)
+        self.assertEqual(list(buf[size:]), [0xA5] * 32)
+
 
 class TestAgainstNumpy(Case):
     def random_case(self, score):
