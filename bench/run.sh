@@ -14,7 +14,8 @@
 # BUILD_DIR/bench/kv_sweep.png and head_dim_sweep.png (GFLOP/s per
 # implementation, peak as a line; needs Debian's python3-matplotlib) and
 # BUILD_DIR/bench/console.txt (the benchmark's own console output); then
-# bench/mpi_scaling.sh adds the sharded-attention (MPI) section to report.md
+# bench/key_sweep.cc adds the path-boundary sweep and bench/mpi_scaling.sh
+# the sharded-attention (MPI) section to report.md
 # (also alone in BUILD_DIR/bench/mpi_scaling.md), and bench/torch_baseline.py
 # PyTorch beside qkv (BUILD_DIR/bench/torch_baseline.md).
 # Extra flags go to the benchmark, e.g. --benchmark_filter=S3_small (keep
@@ -141,6 +142,21 @@ echo
 
 # The tables (machine limits first), report.md and the two plots.
 "$PY" "$HERE/report.py" "$OUT/report.json" "$OUT" "$MODEL" "$NPROC" "$elapsed"
+
+# Path boundaries (bench/key_sweep.cc, about a minute): the worst ratio
+# t(n-1)/t(n) as decoding gains a key or prefill a query; appended to
+# report.md.
+SWEEP="$BUILD/bench/qkv_key_sweep"
+if [[ -x "$SWEEP" ]]; then
+  echo
+  echo "running: $SWEEP (path boundaries, default backend)"
+  { echo; echo "## Path boundaries: one more key or query (bench/key_sweep.cc)"; echo
+    echo "A call's time t(n) over n = kv_len 1..128 (decoding) or q_len 1..32 (prefill over 256"
+    echo "keys, causal), 1 worker; a ratio above 1 means one more made the call cheaper."; echo
+    "$SWEEP"; } > "$OUT/key_sweep.md"
+  cat "$OUT/key_sweep.md" >>"$OUT/report.md"
+  tail -1 "$OUT/key_sweep.md"
+fi
 
 # Sharded attention over MPI ranks (bench/mpi_scaling.sh, about 15 s): its
 # section is appended to report.md; without MPI it is one line saying why.

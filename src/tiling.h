@@ -609,8 +609,21 @@ struct TinyTile {
   float* vblk;   // [lanes][value_dim] values alike
 };
 
+// The transposes cost a strided gather per dim and key block, and each
+// output channel a lane reduction: only toy widths repay them. f32 up to 32
+// summed dims (head_dim + value_dim), converted types up to 16, and at most
+// 256 dims x keys; wider heads with few keys take the row path (measured in
+// bench/README.md, "Path boundaries: the tiny path's widths").
+constexpr int64_t kTinyMaxDims = 32;
+constexpr int64_t kTinyMaxDimsConverted = 16;
+constexpr int64_t kTinyMaxDimKeys = 256;
+
 inline bool UsesTinyPath(const Problem& p, size_t lanes) {
-  return UsesRowPath(p) && p.kv_len <= static_cast<int64_t>(lanes);
+  const int64_t dims = ScoreDim(p) + p.value_dim;
+  const int64_t max_dims = p.kv_dtype == QKV_DTYPE_F32 ? kTinyMaxDims
+                                                       : kTinyMaxDimsConverted;
+  return UsesRowPath(p) && p.kv_len <= static_cast<int64_t>(lanes) &&
+         dims <= max_dims && dims * p.kv_len <= kTinyMaxDimKeys;
 }
 
 // Bytes of a tiny-path worker's workspace; with base non-NULL also fills

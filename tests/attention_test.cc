@@ -327,6 +327,14 @@ std::vector<Case> AllCases() {
       Shape("tiny", 2, 2, 2, 1, 16, 7, 1).WithLens(Lens::kPerBatch));
   cs.push_back(
       Shape("tiny", 1, 1, 1, 3, 5, 3, 3).WithBias(Bias::kFull, false, true));
+  // Few keys of wide heads: the row path (the tiny path serves toy widths
+  // only), at the lanes' boundaries, f32 widths just past the tiny limit.
+  cs.push_back(Shape("few_keys_wide", 1, 8, 8, 1, 16, 128, 128));
+  cs.push_back(Shape("few_keys_wide", 2, 8, 2, 1, 4, 64, 64).Causal());
+  cs.push_back(Shape("few_keys_wide", 1, 4, 4, 1, 8, 17, 15)
+                   .WithLens(Lens::kPerBatch));
+  cs.push_back(Shape("few_keys_wide", 1, 2, 1, 2, 9, 16, 16)
+                   .WithBias(Bias::kFull, true));
   // Long keys: K and V of a head over 1 MiB (past L2), many key blocks,
   // several tiles and a partial last one, with causal, per-query lengths and
   // bias.

@@ -425,6 +425,45 @@ TEST(RowKeys, CausalAndValidLengthsCutTheSuffix) {
   }
 }
 
+// The tiny path serves toy widths only: a decoding step over a few keys of
+// a wide head takes the row path (bench/README.md, "Path boundaries: the
+// tiny path's widths").
+TEST(TinyPath, OnlyToyWidthsWithFewKeys) {
+  qkv::Problem p = {};
+  p.batch = 1;
+  p.q_heads = p.kv_heads = 32;
+  p.group = 1;
+  p.q_len = 1;
+  p.score = QKV_SCORE_DOT;
+  p.kv_dtype = QKV_DTYPE_F32;
+  struct Case {
+    int64_t d, kv_len;
+    qkv_dtype dtype;
+    size_t lanes;
+    bool tiny;
+  };
+  const Case cases[] = {
+      {2, 4, QKV_DTYPE_F32, 16, true},     {16, 8, QKV_DTYPE_F32, 16, true},
+      {16, 9, QKV_DTYPE_F32, 16, false},   {17, 4, QKV_DTYPE_F32, 16, false},
+      {128, 16, QKV_DTYPE_F32, 16, false}, {128, 1, QKV_DTYPE_F32, 16, false},
+      {8, 16, QKV_DTYPE_F16, 16, true},    {9, 4, QKV_DTYPE_F16, 16, false},
+      {128, 16, QKV_DTYPE_F16, 16, false}, {4, 9, QKV_DTYPE_F32, 8, false},
+      {4, 17, QKV_DTYPE_F32, 16, false},
+  };
+  for (const Case& c : cases) {
+    p.head_dim = p.value_dim = c.d;
+    p.kv_len = c.kv_len;
+    p.kv_dtype = c.dtype;
+    EXPECT_EQ(qkv::UsesTinyPath(p, c.lanes), c.tiny)
+        << "d " << c.d << ", kv_len " << c.kv_len << ", dtype " << c.dtype
+        << ", lanes " << c.lanes;
+  }
+  p.head_dim = p.value_dim = 2;
+  p.kv_len = 4;
+  p.group = 8;  // 8 rows per kv head: the tile path
+  EXPECT_FALSE(qkv::UsesTinyPath(p, 16));
+}
+
 TEST(RowsSpan, MasksOnlyBlocksThatCutARow) {
   qkv::Problem p = {};
   p.kv_len = 256;
