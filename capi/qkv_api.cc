@@ -48,6 +48,10 @@ constexpr size_t kDescSize02 =
     alignof(Desc02Align) * alignof(Desc02Align);
 static_assert(sizeof(void*) != 8 || kDescSize02 == 408,
               "the 0.2 descriptor is 408 bytes on 64-bit targets");
+static_assert(sizeof(void*) != 4 ||
+                  kDescSize02 == (alignof(Desc02Align) == 8 ? 336 : 328),
+              "the 0.2 descriptor is 336 bytes on 32-bit targets that align "
+              "int64_t to 8 (ARM, RISC-V), 328 on i386");
 static_assert(kDescSize02 <= sizeof(qkv_attention_desc),
               "the descriptor only grows");
 
