@@ -45,6 +45,7 @@
 #include <type_traits>
 
 #include "engine.h"
+#include "pipeline/paths.h"
 #include "semantics.h"
 #include "tiling.h"
 
@@ -2166,6 +2167,7 @@ struct Flash {
     // a time; joint rows prefetching only in the scores measured 1.04-1.06x
     // slower on Zen 4); 2 rows go one at a time (joint: 0.99-1.02x).
     const bool joint = (!prefetch || rows >= 4) && JointRows(op, tile, rows);
+    TracePath(joint ? kPathRowsJoint : kPathRows);
     // Where the next block's keys are prefetched when rows go one at a time:
     // during the first row's scores, beside this block's values (Intel), or
     // during its values (keys_late: AMD; S1 decoding from DRAM on Zen 4,
@@ -2698,11 +2700,13 @@ struct Flash {
                       const unsigned char* shared, unsigned char* workspace) {
     const TileTask t = TaskAt(p, task);
     if (InterleavesHeads(p)) {
+      TracePath(kPathRowsHeads);
       RunRowsHeads(p, t, shared, workspace);
       return;
     }
     const Operands op = OperandsFor(p, shared, t.b, t.kvh);
     if (UsesTinyPath(p, O::Lanes())) {
+      TracePath(kPathTiny);
       RunTiny(p, op, t, workspace);
       return;
     }
@@ -2710,10 +2714,12 @@ struct Flash {
     LayoutTile(p, O::Lanes(), workspace, &tile);
 #if defined(__x86_64__) || defined(__i386__)
     if (t.row_path && RowInPhases(p, op, t)) {
+      TracePath(kPathRowPhases);
       RunRowPhases(p, op, t, shared, tile);
       return;
     }
     if (t.row_path && RowPipelined(p, t)) {
+      TracePath(kPathRowPipelined);
       RunRowPipelined(p, op, t, shared, tile);
       return;
     }
@@ -2721,10 +2727,12 @@ struct Flash {
     if (t.row_path) {
       RunRows(p, op, t, shared, tile);
     } else if (GroupsTiles(p)) {
+      TracePath(kPathTileGroup);
       RunTileGroup(p, op, t, workspace);
     } else if (t.rows <= static_cast<int64_t>(O::Lanes())) {
       RunTileOfRows(p, op, t, shared, workspace, tile);
     } else {
+      TracePath(kPathTile2);
       RunTile<2>(p, op, t, shared, tile);
     }
   }
@@ -2748,12 +2756,14 @@ struct Flash {
                             unsigned char* workspace, const Tile& tile) {
     if (p.q_len == 1 && p.group == kRowStateRows && t.r0 == 0 &&
         (op.kind == kDot || op.kind == kDotScaled) && ScoresRows8(op)) {
+      TracePath(kPathRows8);
       RunRows(p, op, t, shared, tile);
       return;
     }
     using O8 = typename O::Narrow8;
     if constexpr (!std::is_same<O8, O>::value) {
       if (t.rows <= static_cast<int64_t>(O8::Lanes())) {
+        TracePath(kPathTileNarrow);
         Tile narrow;
         LayoutTile(p, O8::Lanes(), workspace, &narrow);
         Flash<O8>::template RunTile<1>(p, op, t, shared, narrow);
@@ -2761,6 +2771,7 @@ struct Flash {
       }
     }
     (void)workspace;
+    TracePath(kPathTile1);
     RunTile<1>(p, op, t, shared, tile);
   }
 

@@ -1,0 +1,18 @@
+// The path trace's state (paths.h).
+#include "pipeline/paths.h"
+
+namespace qkv {
+
+std::atomic<bool> g_trace_paths{false};
+std::atomic<uint32_t> g_paths_traced{0};
+
+void TracePaths(bool on) {
+  g_paths_traced.store(0, std::memory_order_relaxed);
+  g_trace_paths.store(on, std::memory_order_relaxed);
+}
+
+uint32_t PathsTraced() {
+  return g_paths_traced.exchange(0, std::memory_order_relaxed);
+}
+
+}  // namespace qkv
