@@ -2138,7 +2138,7 @@ struct Flash {
     finish_to(s_end);
   }
 
-  // All rows (at most kRowPathMaxRows, or the 8 of RunTileOfRows) of one
+  // All rows (at most kRowPathMaxRows, or the 8 of kPathRows8) of one
   // (batch, kv head), keys
   // [task.key_begin, task.key_end) of them (one flash-decoding split). Keys
   // are walked in blocks; each block of K and V is read from memory once and
@@ -2696,83 +2696,106 @@ struct Flash {
     return GroupsTiles(p) ? static_cast<size_t>(kGroupTiles) * tile : tile;
   }
 
+  // The path a task takes (pipeline/paths.h): RunTask's one choice. The
+  // rules are those of the functions named; their measurements are at those
+  // functions and in bench/README.md.
+  static PathBit TaskPath(const Problem& p, const Operands& op,
+                          const TileTask& t) {
+    if (InterleavesHeads(p)) return kPathRowsHeads;
+    if (UsesTinyPath(p, O::Lanes())) return kPathTiny;
+    if (t.row_path) {
+#if defined(__x86_64__) || defined(__i386__)
+      if (RowInPhases(p, op, t)) return kPathRowPhases;
+      if (RowPipelined(p, t)) return kPathRowPipelined;
+#endif
+      return kPathRows;
+    }
+    if (GroupsTiles(p)) return kPathTileGroup;
+    if (t.rows > static_cast<int64_t>(O::Lanes())) return kPathTile2;
+    // A tile of one row vector: see RunNarrowTile.
+    if (p.q_len == 1 && p.group == kRowStateRows && t.r0 == 0 &&
+        (op.kind == kDot || op.kind == kDotScaled) && ScoresRows8(op)) {
+      return kPathRows8;
+    }
+    using O8 = typename O::Narrow8;
+    if (!std::is_same<O8, O>::value &&
+        t.rows <= static_cast<int64_t>(O8::Lanes())) {
+      return kPathTileNarrow;
+    }
+    return kPathTile1;
+  }
+
   static void RunTask(const Problem& p, size_t task,
                       const unsigned char* shared, unsigned char* workspace) {
     const TileTask t = TaskAt(p, task);
-    if (InterleavesHeads(p)) {
-      TracePath(kPathRowsHeads);
-      RunRowsHeads(p, t, shared, workspace);
-      return;
-    }
     const Operands op = OperandsFor(p, shared, t.b, t.kvh);
-    if (UsesTinyPath(p, O::Lanes())) {
-      TracePath(kPathTiny);
-      RunTiny(p, op, t, workspace);
-      return;
+    const PathBit path = TaskPath(p, op, t);
+    if (path != kPathRows) TracePath(path);  // RunRows says which rows
+    switch (path) {
+      case kPathRowsHeads:
+        RunRowsHeads(p, t, shared, workspace);
+        return;
+      case kPathTiny:
+        RunTiny(p, op, t, workspace);
+        return;
+      case kPathTileGroup:
+        RunTileGroup(p, op, t, workspace);
+        return;
+      case kPathTileNarrow:
+        RunNarrowTile(p, op, t, shared, workspace);
+        return;
+      default:
+        break;
     }
     Tile tile;
     LayoutTile(p, O::Lanes(), workspace, &tile);
+    switch (path) {
 #if defined(__x86_64__) || defined(__i386__)
-    if (t.row_path && RowInPhases(p, op, t)) {
-      TracePath(kPathRowPhases);
-      RunRowPhases(p, op, t, shared, tile);
-      return;
-    }
-    if (t.row_path && RowPipelined(p, t)) {
-      TracePath(kPathRowPipelined);
-      RunRowPipelined(p, op, t, shared, tile);
-      return;
-    }
+      case kPathRowPhases:
+        RunRowPhases(p, op, t, shared, tile);
+        return;
+      case kPathRowPipelined:
+        RunRowPipelined(p, op, t, shared, tile);
+        return;
 #endif
-    if (t.row_path) {
-      RunRows(p, op, t, shared, tile);
-    } else if (GroupsTiles(p)) {
-      TracePath(kPathTileGroup);
-      RunTileGroup(p, op, t, workspace);
-    } else if (t.rows <= static_cast<int64_t>(O::Lanes())) {
-      RunTileOfRows(p, op, t, shared, workspace, tile);
-    } else {
-      TracePath(kPathTile2);
-      RunTile<2>(p, op, t, shared, tile);
+      case kPathRows:
+      case kPathRows8:
+        RunRows(p, op, t, shared, tile);
+        return;
+      case kPathTile1:
+        RunTile<1>(p, op, t, shared, tile);
+        return;
+      default:
+        RunTile<2>(p, op, t, shared, tile);
+        return;
     }
   }
 
-  // A tile of one row vector. A decoding step at GQA 8 (8 rows that see
-  // the same keys, dot scores, f32 keys, head_dim whole vectors) on an x86
+  // A tile of one row vector (TaskPath). A decoding step at GQA 8 (8 rows that
+  // see the same keys, dot scores, f32 keys, head_dim whole vectors) on an x86
   // target with full-width transposes takes the row path instead (RunRows:
   // head_dim in lanes, the 8 rows scored together by RowScores8): GQA-8
-  // decoding 0.86-0.96x the time of the 8-lane tile below on AVX-512, from
-  // L2 and from DRAM (Emerald Rapids), 0.95x from DRAM on highway:AVX2
-  // (Zen 4; bench/README.md). Other tiles of at most 8 rows (a short prompt, other score kinds) on a 16-lane target take
-  // 8-lane vectors (the tiny path's Narrow8, the same target's AVX2-width
-  // code): a 512-bit vector half empty costs a full one, and on Zen 4,
-  // whose AVX-512 units are 256
-  // bits wide, twice the 256-bit one (GQA-8 decoding from L2 measured 1.4x
-  // slower on highway:AVX3 than on highway:AVX2). Each lane does the same
-  // operations at either width, so the bits are the same. The narrower
-  // tile's layout is smaller than the full one the workspace was sized for.
-  static void RunTileOfRows(const Problem& p, const Operands& op,
+  // decoding 0.86-0.96x the time of the 8-lane tile below on AVX-512, from L2
+  // and from DRAM (Emerald Rapids), 0.95x from DRAM on highway:AVX2 (Zen 4;
+  // bench/README.md). Other tiles of at most 8 rows (a short prompt, other
+  // score kinds) on a 16-lane target take 8-lane vectors (the tiny path's
+  // Narrow8, the same target's AVX2-width code): a 512-bit vector half empty
+  // costs a full one, and on Zen 4, whose AVX-512 units are 256 bits wide,
+  // twice the 256-bit one (GQA-8 decoding from L2 measured 1.4x slower on
+  // highway:AVX3 than on highway:AVX2). Each lane does the same operations at
+  // either width, so the bits are the same. The narrower tile's layout is
+  // smaller than the full one the workspace was sized for.
+  static void RunNarrowTile(const Problem& p, const Operands& op,
                             const TileTask& t, const unsigned char* shared,
-                            unsigned char* workspace, const Tile& tile) {
-    if (p.q_len == 1 && p.group == kRowStateRows && t.r0 == 0 &&
-        (op.kind == kDot || op.kind == kDotScaled) && ScoresRows8(op)) {
-      TracePath(kPathRows8);
-      RunRows(p, op, t, shared, tile);
-      return;
-    }
+                            unsigned char* workspace) {
     using O8 = typename O::Narrow8;
     if constexpr (!std::is_same<O8, O>::value) {
-      if (t.rows <= static_cast<int64_t>(O8::Lanes())) {
-        TracePath(kPathTileNarrow);
-        Tile narrow;
-        LayoutTile(p, O8::Lanes(), workspace, &narrow);
-        Flash<O8>::template RunTile<1>(p, op, t, shared, narrow);
-        return;
-      }
+      Tile narrow;
+      LayoutTile(p, O8::Lanes(), workspace, &narrow);
+      Flash<O8>::template RunTile<1>(p, op, t, shared, narrow);
+    } else {
+      (void)p, (void)op, (void)t, (void)shared, (void)workspace;
     }
-    (void)workspace;
-    TracePath(kPathTile1);
-    RunTile<1>(p, op, t, shared, tile);
   }
 
   // --------------------------------------- building blocks, for tests
