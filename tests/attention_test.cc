@@ -344,7 +344,7 @@ std::vector<Case> AllCases() {
   cs.push_back(
       Shape("long_kv", 2, 1, 1, 33, 1030, 64, 200).WithBias(Bias::kFull, true));
   // K and V of the call at 8 MiB and more: the tiles and the row path
-  // prefetch them in software (src/tiling.h, PrefetchesKv). Narrow heads
+  // prefetch them in software (src/pipeline/prefetch.h, PrefetchesKv). Narrow heads
   // keep the oracle cheap; value_dim differs from head_dim; masks.
   cs.push_back(Shape("streamed_kv", 1, 1, 1, 5, 131072, 8, 12));
   cs.push_back(Shape("streamed_kv", 1, 2, 1, 3, 65536, 16, 16)

@@ -16,7 +16,8 @@
 
 #include "engine.h"
 #include "semantics.h"
-#include "tiling.h"
+#include "pipeline/rows.h"
+#include "pipeline/workspace.h"
 
 namespace qkv_test {
 namespace {

@@ -328,7 +328,7 @@ VCase Shape(const std::string& name, int64_t batch, int64_t q_heads,
   return c;
 }
 
-// Path of the SIMD pipeline (src/tiling.h): row path when (q_heads /
+// Path of the SIMD pipeline (src/pipeline/tasks.h): row path when (q_heads /
 // kv_heads) * q_len <= 4 (decoding), tiny when also kv_len <= the lanes (4,
 // 8 or 16) and the head is a toy width (UsesTinyPath), flash-decoding splits when a row-path kv_len exceeds 512; the
 // tile path otherwise. The names say which one a case aims at.

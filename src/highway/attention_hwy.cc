@@ -8,7 +8,11 @@
 #include "engine.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "tiling.h"
+#include "pipeline/operands.h"
+#include "pipeline/tasks.h"
+#include "pipeline/prefetch.h"
+#include "pipeline/workspace.h"
+#include "pipeline/rows.h"
 
 #undef QKV_SIMD_NAMESPACE
 #define QKV_SIMD_NAMESPACE HWY_NAMESPACE

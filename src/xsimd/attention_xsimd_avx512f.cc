@@ -14,7 +14,6 @@
 #include "engine.h"
 #include "pipeline/backward-inl.h"
 #include "pipeline/flash-inl.h"
-#include "tiling.h"
 #include "xsimd/ops_xsimd-inl.h"
 
 namespace qkv {

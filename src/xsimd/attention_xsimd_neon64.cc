@@ -8,7 +8,6 @@
 #include "engine.h"
 #include "pipeline/backward-inl.h"
 #include "pipeline/flash-inl.h"
-#include "tiling.h"
 #include "xsimd/ops_xsimd-inl.h"
 
 namespace qkv {
