@@ -10,11 +10,12 @@
 namespace qkv {
 namespace {
 
-void Say(char* message, size_t size, const char* format, ...) {
+bool Say(char* message, size_t size, const char* format, ...) {
   va_list args;
   va_start(args, format);
   vsnprintf(message, size, format, args);
   va_end(args);
+  return true;
 }
 
 const char* MaskName(int64_t flag) {
@@ -45,17 +46,13 @@ const char* DtypeName(int64_t dtype) {
   return "not a qkv_dtype";
 }
 
-}  // namespace
-
-void Describe(const Why& w, int status, char* m, size_t n) {
-  if (m == nullptr || n == 0) return;
+// A descriptor's field refused: its sentence, true; false for other
+// reasons.
+bool SayDescriptor(const Why& w, char* m, size_t n) {
   const long long a = w.a, b = w.b, c = w.c;
   const char* name = w.name != nullptr ? w.name : "";
   const char* name2 = w.name2 != nullptr ? w.name2 : "";
-  if (status == QKV_OK) return Say(m, n, "ok");
   switch (w.reason) {
-    case kWhyNone:
-      break;
     case kWhyDescNull:
       return Say(m, n, "desc is NULL");
     case kWhyStructSize:
@@ -128,6 +125,18 @@ void Describe(const Why& w, int status, char* m, size_t n) {
                  w.f);
     case kWhySink:
       return Say(m, n, "sinks[%lld] (%g) is NaN or +inf", a, w.f);
+    default:
+      return false;
+  }
+}
+
+// A call's buffers, backend or backward pass refused: its sentence, true;
+// false for other reasons.
+bool SayCall(const Why& w, char* m, size_t n) {
+  const long long a = w.a, b = w.b;
+  const char* name = w.name != nullptr ? w.name : "";
+  const char* name2 = w.name2 != nullptr ? w.name2 : "";
+  switch (w.reason) {
     case kWhyNullBuffer:
       return Say(m, n, "%s is NULL", name);
     case kWhyWorkspaceNull:
@@ -167,7 +176,20 @@ void Describe(const Why& w, int status, char* m, size_t n) {
                  "workspace_size (%lld) is smaller than "
                  "qkv_attention_workspace_size (%lld)",
                  a, b);
+    default:
+      return false;
   }
+}
+
+}  // namespace
+
+void Describe(const Why& w, int status, char* m, size_t n) {
+  if (m == nullptr || n == 0) return;
+  if (status == QKV_OK) {
+    Say(m, n, "ok");
+    return;
+  }
+  if (SayDescriptor(w, m, n) || SayCall(w, m, n)) return;
   Say(m, n, "%s", qkv_status_string(static_cast<qkv_status>(status)));
 }
 

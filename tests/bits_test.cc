@@ -398,6 +398,56 @@ TEST_P(Bits, KeepsThePinnedBitsAndPaths) {
 #endif
 }
 
+// Forces ForcedPath's bit for the scope (pipeline/paths.h), then none.
+struct ForcedPath {
+  explicit ForcedPath(uint32_t bit) { qkv::ForcePath(bit); }
+  ~ForcedPath() { qkv::ForcePath(0); }
+};
+
+// The row path's schedules compute the same bits (the pins count RunRowPhases
+// and RunRowPipelined as RunRows): each forced in turn onto every task that
+// can take it (pipeline/entry-inl.h, ForcedRowPath), every case keeps its
+// pinned bits, and on x86 some case takes each (on Intel the pipeline itself
+// never takes RunRowPhases nor RunRowPipelined: only this test runs them).
+TEST_P(Bits, ForcedRowSchedulesKeepThePinnedBits) {
+  const char* backend = GetParam().c_str();
+  const unsigned lanes = LanesOf(backend);
+  if (FindPinned(backend, lanes, nullptr) == nullptr) {
+    GTEST_SKIP() << kArch << " " << backend << "/" << lanes
+                 << " lanes: no pinned hashes (not checked)";
+  }
+  const struct {
+    uint32_t bit;
+    const char* name;
+  } kForced[] = {{qkv::kPathRows, "RunRows"},
+                 {qkv::kPathRowPhases, "RunRowPhases"},
+                 {qkv::kPathRowPipelined, "RunRowPipelined"}};
+  for (const auto& f : kForced) {
+    int took = 0;
+    {
+      const ForcedPath force(f.bit);
+      for (const BitsCase& c : kCases) {
+        uint32_t traced = 0;
+        const uint64_t h = RunCase(c, backend, &traced);
+        const Pinned* p = FindPinned(backend, lanes, c.name);
+        ASSERT_NE(p, nullptr) << c.name;
+        EXPECT_EQ(h, p->hash) << c.name << " on " << backend << " with "
+                              << f.name << " forced: the bits moved";
+        if ((traced & f.bit) != 0) ++took;
+      }
+    }
+    printf("[ bits ] %s %s: %s forced, taken by %d cases, same bits\n", kArch,
+           backend, f.name, took);
+#if defined(__x86_64__)
+    // Every SIMD backend runs the pipeline (lanes > 0), and the corpus has
+    // cases each schedule can take.
+    if (lanes > 0) {
+      EXPECT_GT(took, 0) << backend << ": no case took " << f.name;
+    }
+#endif
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Bits,
                          testing::ValuesIn(qkv_test::BackendNames()),
                          qkv_test::BackendTestName);

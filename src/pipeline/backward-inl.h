@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "pipeline/backward_kernels-inl.h"
 #include "semantics.h"
 
 #ifndef QKV_SIMD_NAMESPACE
@@ -48,25 +49,22 @@ HWY_BEFORE_NAMESPACE();
 namespace qkv {
 namespace QKV_SIMD_NAMESPACE {
 
-#undef QKV_BACKWARD_INLINE
-#define QKV_BACKWARD_INLINE inline __attribute__((always_inline))
-
 // kRowBlock query rows and (at least) kKeyBlock keys per step: 32 and 64
 // for the SIMD engines; the portable engine's smaller blocks keep a
 // microcontroller's workspace small.
 template <class O, class Exp, int64_t kRowBlock = 32, int64_t kKeyBlock = 64>
-struct Backward {
-  using V = typename O::V;
+struct Backward : BackwardKernels<O> {
+  using K = BackwardKernels<O>;
+  using V = typename K::V;
+  using K::kTile;
+  using K::Lanes;
+  using K::Pad;
+  using K::WeightedRows;
+  using K::WeightedDifferences;
+  using K::CopyPadded;
+  using K::TransposeInto;
+  using K::Dot;
 
-  static constexpr int64_t kTile = 4;  // rows of a register tile
-
-  static int64_t Lanes() { return static_cast<int64_t>(O::Lanes()); }
-  // Vectors per row of a register tile: 4 where there are 32 vector
-  // registers (16 accumulators), else 2 (8).
-  static constexpr int kVecs = O::kUnroll >= 8 ? 4 : 2;
-  // Columns of a register tile, and n rounded up to them.
-  static int64_t Width() { return kVecs * Lanes(); }
-  static int64_t Pad(int64_t n) { return (n + Width() - 1) / Width() * Width(); }
   static int64_t PadFloats(int64_t n) { return (n + 15) / 16 * 16; }  // 64 B
 
   // The worker's workspace, in floats from its start (each part 64-byte
@@ -113,213 +111,79 @@ struct Backward {
     return AlignUp(static_cast<size_t>(LayoutOf(p).total) * sizeof(float));
   }
 
-  // A register tile's rows are kVecs named accumulators each (not arrays:
-  // SVE vectors are sizeless); those past kVecs are compiled away.
-
-  // acc += term(a, b) per vector: a * b, or (a - b)^2 (kGauss).
-  template <bool kGauss>
-  static QKV_BACKWARD_INLINE void Term(float a, V b0, V b1, V b2, V b3,
-                                       V* c0, V* c1, V* c2, V* c3) {
-    const V x = O::Set(a);
-    if (kGauss) {
-      const V e0 = O::Sub(x, b0);
-      const V e1 = O::Sub(x, b1);
-      *c0 = O::MulAdd(e0, e0, *c0);
-      *c1 = O::MulAdd(e1, e1, *c1);
-      if (kVecs > 2) {
-        const V e2 = O::Sub(x, b2);
-        const V e3 = O::Sub(x, b3);
-        *c2 = O::MulAdd(e2, e2, *c2);
-        *c3 = O::MulAdd(e3, e3, *c3);
-      }
-    } else {
-      *c0 = O::MulAdd(x, b0, *c0);
-      *c1 = O::MulAdd(x, b1, *c1);
-      if (kVecs > 2) {
-        *c2 = O::MulAdd(x, b2, *c2);
-        *c3 = O::MulAdd(x, b3, *c3);
+  // Rows' key intervals (per i) into row_lo/row_hi and their union into
+  // [*union_lo, *union_hi), lse and D = dO . out per row; dq zeroed.
+  static void SetUpRows(const Problem& p, const Gradients& g, int64_t b,
+                        int64_t kvh, const Layout& l, int32_t* row_lo,
+                        int32_t* row_hi, float* lse, float* dvec, float* dq,
+                        int64_t* union_lo, int64_t* union_hi) {
+    const int64_t lq = p.q_len, rows = l.rows;
+    *union_lo = p.kv_len;
+    *union_hi = 0;
+    for (int64_t i = 0; i < lq; ++i) {
+      const KeyInterval keys = RowKeys(p, b, i);
+      row_lo[i] = static_cast<int32_t>(keys.lo);
+      row_hi[i] = static_cast<int32_t>(keys.hi);
+      if (keys.lo < keys.hi) {
+        if (keys.lo < *union_lo) *union_lo = keys.lo;
+        if (keys.hi > *union_hi) *union_hi = keys.hi;
       }
     }
-  }
-
-  static QKV_BACKWARD_INLINE void LoadRow(const float* p, V* b0, V* b1, V* b2,
-                                          V* b3) {
-    const int64_t nl = Lanes();
-    *b0 = O::LoadU(p);
-    *b1 = O::LoadU(p + nl);
-    if (kVecs > 2) {
-      *b2 = O::LoadU(p + 2 * nl);
-      *b3 = O::LoadU(p + 3 * nl);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t h = kvh * p.group + r / lq, i = r % lq;
+      lse[r] = p.lse[(b * p.q_heads + h) * lq + i];
+      const int64_t off = b * p.out_sb + h * p.out_sh + i * p.out_st;
+      dvec[r] = Dot(g.d_out + off, p.out + off, p.value_dim);
+    }
+    if (g.d_q != nullptr) {
+      const int64_t padded = (rows + kTile - 1) / kTile * kTile;
+      for (int64_t t = 0; t < padded * l.dp; ++t) dq[t] = 0.0f;
     }
   }
 
-  static QKV_BACKWARD_INLINE void StoreRow(V c0, V c1, V c2, V c3, float* p) {
-    const int64_t nl = Lanes();
-    O::StoreU(c0, p);
-    O::StoreU(c1, p + nl);
-    if (kVecs > 2) {
-      O::StoreU(c2, p + 2 * nl);
-      O::StoreU(c3, p + 3 * nl);
-    }
-  }
-
-  static QKV_BACKWARD_INLINE void AddRow(V c0, V c1, V c2, V c3, float* p) {
-    const int64_t nl = Lanes();
-    O::StoreU(O::Add(O::LoadU(p), c0), p);
-    O::StoreU(O::Add(O::LoadU(p + nl), c1), p + nl);
-    if (kVecs > 2) {
-      O::StoreU(O::Add(O::LoadU(p + 2 * nl), c2), p + 2 * nl);
-      O::StoreU(O::Add(O::LoadU(p + 3 * nl), c3), p + 3 * nl);
-    }
-  }
-
-  // c[r][j] = sum_{t < n} term(a[r][t], bt[t][j]) for r < rows (a multiple
-  // of kTile) and j < cols (a multiple of Width()); term is a * b (DOT) or
-  // (a - b)^2 (GAUSSIAN).
-  template <bool kGauss>
-  static void RowsByColumns(const float* a, int64_t lda, int64_t n,
-                            const float* bt, int64_t ldb, int64_t rows,
-                            int64_t cols, float* c, int64_t ldc) {
-    for (int64_t r = 0; r < rows; r += kTile) {
-      const float* a0 = a + r * lda;
-      const float* a1 = a0 + lda;
-      const float* a2 = a1 + lda;
-      const float* a3 = a2 + lda;
-      for (int64_t j = 0; j < cols; j += Width()) {
-        V z = O::Zero();
-        V c00 = z, c01 = z, c02 = z, c03 = z, c10 = z, c11 = z, c12 = z,
-          c13 = z;
-        V c20 = z, c21 = z, c22 = z, c23 = z, c30 = z, c31 = z, c32 = z,
-          c33 = z;
-        const float* b = bt + j;
-        for (int64_t t = 0; t < n; ++t, b += ldb) {
-          V b0 = z, b1 = z, b2 = z, b3 = z;
-          LoadRow(b, &b0, &b1, &b2, &b3);
-          Term<kGauss>(a0[t], b0, b1, b2, b3, &c00, &c01, &c02, &c03);
-          Term<kGauss>(a1[t], b0, b1, b2, b3, &c10, &c11, &c12, &c13);
-          Term<kGauss>(a2[t], b0, b1, b2, b3, &c20, &c21, &c22, &c23);
-          Term<kGauss>(a3[t], b0, b1, b2, b3, &c30, &c31, &c32, &c33);
-        }
-        float* o = c + r * ldc + j;
-        StoreRow(c00, c01, c02, c03, o);
-        StoreRow(c10, c11, c12, c13, o + ldc);
-        StoreRow(c20, c21, c22, c23, o + 2 * ldc);
-        StoreRow(c30, c31, c32, c33, o + 3 * ldc);
+  // Block [j0, j0 + nb)'s keys padded (rows and columns) into kb, K^T into
+  // kt and V^T into vt; its d_k and d_v accumulators zeroed.
+  static void LoadBlock(const Problem& p, const float* keys,
+                        const float* values, int64_t j0, int64_t nb,
+                        const Layout& l, float* kb, float* kt, float* vt,
+                        float* dkb, float* dvb) {
+    const int64_t d = p.head_dim, dv = p.value_dim, bk = l.bk, dp = l.dp;
+    for (int64_t j = 0; j < bk; ++j) {
+      float* dst = kb + j * dp;
+      if (j < nb) {
+        CopyPadded(keys + (j0 + j) * p.k_st, d, dp, dst);
+      } else {
+        for (int64_t c = 0; c < dp; ++c) dst[c] = 0.0f;
       }
     }
+    TransposeInto(kb, dp, bk, bk, d, kt);
+    TransposeInto(values + j0 * p.v_st, p.v_st, nb, bk, dv, vt);
+    for (int64_t t = 0; t < bk * dp; ++t) dkb[t] = 0.0f;
+    for (int64_t t = 0; t < bk * l.dvp; ++t) dvb[t] = 0.0f;
   }
 
-  // out[x][c] += sum_{y < ny} w[x * wx + y * wy] * m[y][c], for x < nx (a
-  // multiple of kTile) and c < cols (a multiple of Width()).
-  static void WeightedRows(const float* w, int64_t wx, int64_t wy,
-                           const float* m, int64_t ldm, int64_t ny,
-                           int64_t nx, int64_t cols, float* out,
-                           int64_t ldo) {
-    for (int64_t x = 0; x < nx; x += kTile) {
-      const float* w0 = w + x * wx;
-      const float* w1 = w0 + wx;
-      const float* w2 = w1 + wx;
-      const float* w3 = w2 + wx;
-      for (int64_t c = 0; c < cols; c += Width()) {
-        V z = O::Zero();
-        V c00 = z, c01 = z, c02 = z, c03 = z, c10 = z, c11 = z, c12 = z,
-          c13 = z;
-        V c20 = z, c21 = z, c22 = z, c23 = z, c30 = z, c31 = z, c32 = z,
-          c33 = z;
-        const float* mr = m + c;
-        for (int64_t y = 0; y < ny; ++y, mr += ldm) {
-          V m0 = z, m1 = z, m2 = z, m3 = z;
-          LoadRow(mr, &m0, &m1, &m2, &m3);
-          const int64_t at = y * wy;
-          Term<false>(w0[at], m0, m1, m2, m3, &c00, &c01, &c02, &c03);
-          Term<false>(w1[at], m0, m1, m2, m3, &c10, &c11, &c12, &c13);
-          Term<false>(w2[at], m0, m1, m2, m3, &c20, &c21, &c22, &c23);
-          Term<false>(w3[at], m0, m1, m2, m3, &c30, &c31, &c32, &c33);
-        }
-        float* o = out + x * ldo + c;
-        AddRow(c00, c01, c02, c03, o);
-        AddRow(c10, c11, c12, c13, o + ldo);
-        AddRow(c20, c21, c22, c23, o + 2 * ldo);
-        AddRow(c30, c31, c32, c33, o + 3 * ldo);
-      }
-    }
-  }
-
-  // GAUSSIAN's form of WeightedRows: out[x][c] += sum_y w[x * wx + y * wy]
-  // * (own[x][c] - m[y][c]), one vector per step (rarely hot).
-  static void WeightedDifferences(const float* w, int64_t wx, int64_t wy,
-                                  const float* m, int64_t ldm, int64_t ny,
-                                  const float* own, int64_t ldown, int64_t nx,
-                                  int64_t cols, float* out, int64_t ldo) {
-    const int64_t nl = Lanes();
-    for (int64_t x = 0; x < nx; ++x) {
-      const float* wr = w + x * wx;
-      for (int64_t c = 0; c < cols; c += nl) {
-        const V xv = O::LoadU(own + x * ldown + c);
-        V acc = O::Zero();
-        const float* mr = m + c;
-        for (int64_t y = 0; y < ny; ++y, mr += ldm) {
-          acc = O::MulAdd(O::Set(wr[y * wy]), O::Sub(xv, O::LoadU(mr)), acc);
-        }
-        O::StoreU(O::Add(O::LoadU(out + x * ldo + c), acc), out + x * ldo + c);
-      }
-    }
-  }
-
-  // dst[0, n) = src[0, n), then zeros up to padded (rows of Q, dO, K).
-  static void CopyPadded(const float* src, int64_t n, int64_t padded,
-                         float* dst) {
-    const int64_t nl = Lanes();
-    int64_t c = 0;
-    for (; c + nl <= n; c += nl) O::StoreU(O::LoadU(src + c), dst + c);
-    for (; c < n; ++c) dst[c] = src[c];
-    for (; c < padded; ++c) dst[c] = 0.0f;
-  }
-
-  // dst[c * n + j] = src[j * lds + c] for c < cols and j < n, 0 for rows
-  // j >= valid (src rows past it are never read): K^T and V^T of a key
-  // block. Whole square blocks by in-register transposes where the ops have
-  // them (n is a multiple of their width: a key block), the other columns
-  // one by one.
-  static void TransposeInto(const float* src, int64_t lds, int64_t valid,
-                            int64_t n, int64_t cols, float* dst) {
-    int64_t c0 = 0;
-    if constexpr (O::kTransposeLanes != 0) {
-      constexpr int64_t kN = static_cast<int64_t>(O::kTransposeLanes);
-      V blk[kN];
-      for (; n % kN == 0 && c0 + kN <= cols; c0 += kN) {
-        for (int64_t j0 = 0; j0 < n; j0 += kN) {
-          for (int64_t i = 0; i < kN; ++i) {
-            blk[i] = j0 + i < valid ? O::LoadU(src + (j0 + i) * lds + c0)
-                                    : O::Zero();
-          }
-          O::Transpose(blk);
-          for (int64_t i = 0; i < kN; ++i) {
-            O::StoreU(blk[i], dst + (c0 + i) * n + j0);
-          }
+  // The block's d_k and d_v rows, written once (zeros for keys no row
+  // sees: !any).
+  static void StoreBlockGrads(const Problem& p, const Gradients& g, int64_t b,
+                              int64_t kvh, int64_t j0, int64_t nb, bool any,
+                              float grad_factor, const Layout& l,
+                              const float* dkb, const float* dvb) {
+    if (g.d_k != nullptr) {
+      for (int64_t j = 0; j < nb; ++j) {
+        float* dst = g.d_k + b * p.k_sb + kvh * p.k_sh + (j0 + j) * p.k_st;
+        const float* src = dkb + j * l.dp;
+        for (int64_t c = 0; c < p.head_dim; ++c) {
+          dst[c] = any ? src[c] * grad_factor : 0.0f;
         }
       }
     }
-    for (int64_t c = c0; c < cols; ++c) {
-      for (int64_t j = 0; j < n; ++j) {
-        dst[c * n + j] = j < valid ? src[j * lds + c] : 0.0f;
+    if (g.d_v != nullptr) {
+      for (int64_t j = 0; j < nb; ++j) {
+        float* dst = g.d_v + b * p.v_sb + kvh * p.v_sh + (j0 + j) * p.v_st;
+        const float* src = dvb + j * l.dvp;
+        for (int64_t c = 0; c < p.value_dim; ++c) dst[c] = any ? src[c] : 0.0f;
       }
     }
-  }
-
-  static float Dot(const float* a, const float* b, int64_t n) {
-    const int64_t nl = Lanes();
-    V acc = O::Zero();
-    int64_t c = 0;
-    for (; c + nl <= n; c += nl) {
-      acc = O::MulAdd(O::LoadU(a + c), O::LoadU(b + c), acc);
-    }
-    float lanes[64];  // up to 2048-bit vectors
-    O::StoreU(acc, lanes);
-    float s = 0.0f;
-    for (int64_t l = 0; l < nl; ++l) s += lanes[l];
-    for (; c < n; ++c) s += a[c] * b[c];
-    return s;
   }
 
   static void RunTask(const Problem& p, const Gradients& g, size_t task,
@@ -344,9 +208,8 @@ struct Backward {
     float* dpm = ws + l.dpm;
     float* tt = ws + l.tt;
 
-    const int64_t d = p.head_dim, dv = p.value_dim, lq = p.q_len;
-    const int64_t lk = p.kv_len, rows = l.rows, bk = l.bk;
-    const int64_t dp = l.dp, dvp = l.dvp;
+    const int64_t d = p.head_dim, lq = p.q_len;
+    const int64_t lk = p.kv_len, rows = l.rows, bk = l.bk, dp = l.dp;
     const bool gauss = p.score == QKV_SCORE_GAUSSIAN;
     const float factor = ScoreFactor(p);
     // d s / d(raw sum) per unit of G: the factor (DOT), twice it (GAUSSIAN,
@@ -355,28 +218,10 @@ struct Backward {
     const bool epilogue = p.softcap > 0.0f || p.bias != nullptr ||
                           p.alibi_slopes != nullptr;
 
-    // Rows: r = g * q_len + i for query head kvh * group + g. Their key
-    // intervals (per i), lse and D = dO . out.
-    int64_t union_lo = lk, union_hi = 0;
-    for (int64_t i = 0; i < lq; ++i) {
-      const KeyInterval keys = RowKeys(p, b, i);
-      row_lo[i] = static_cast<int32_t>(keys.lo);
-      row_hi[i] = static_cast<int32_t>(keys.hi);
-      if (keys.lo < keys.hi) {
-        if (keys.lo < union_lo) union_lo = keys.lo;
-        if (keys.hi > union_hi) union_hi = keys.hi;
-      }
-    }
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t h = kvh * p.group + r / lq, i = r % lq;
-      lse[r] = p.lse[(b * p.q_heads + h) * lq + i];
-      const int64_t off = b * p.out_sb + h * p.out_sh + i * p.out_st;
-      dvec[r] = Dot(g.d_out + off, p.out + off, dv);
-    }
-    if (g.d_q != nullptr) {
-      const int64_t padded = (rows + kTile - 1) / kTile * kTile;
-      for (int64_t t = 0; t < padded * dp; ++t) dq[t] = 0.0f;
-    }
+    // Rows: r = g * q_len + i for query head kvh * group + g.
+    int64_t union_lo, union_hi;
+    SetUpRows(p, g, b, kvh, l, row_lo, row_hi, lse, dvec, dq, &union_lo,
+              &union_hi);
     const float* keys = KeysOf(p, b, kvh);
     const float* values = ValuesOf(p, b, kvh);
 
@@ -384,19 +229,7 @@ struct Backward {
       const int64_t nb = lk - j0 < bk ? lk - j0 : bk;
       bool any = j0 < union_hi && j0 + nb > union_lo;
       if (any) {
-        // The block's keys padded (rows and columns) and K^T, V^T.
-        for (int64_t j = 0; j < bk; ++j) {
-          float* dst = kb + j * dp;
-          if (j < nb) {
-            CopyPadded(keys + (j0 + j) * p.k_st, d, dp, dst);
-          } else {
-            for (int64_t c = 0; c < dp; ++c) dst[c] = 0.0f;
-          }
-        }
-        TransposeInto(kb, dp, bk, bk, d, kt);
-        TransposeInto(values + j0 * p.v_st, p.v_st, nb, bk, dv, vt);
-        for (int64_t t = 0; t < bk * dp; ++t) dkb[t] = 0.0f;
-        for (int64_t t = 0; t < bk * dvp; ++t) dvb[t] = 0.0f;
+        LoadBlock(p, keys, values, j0, nb, l, kb, kt, vt, dkb, dvb);
         any = false;
         for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
           const int64_t nr = rows - r0 < kRowBlock ? rows - r0 : kRowBlock;
@@ -408,24 +241,7 @@ struct Backward {
           any = true;
         }
       }
-      // The block's d_k and d_v rows, written once (zeros for keys no row
-      // sees).
-      if (g.d_k != nullptr) {
-        for (int64_t j = 0; j < nb; ++j) {
-          float* dst = g.d_k + b * p.k_sb + kvh * p.k_sh + (j0 + j) * p.k_st;
-          const float* src = dkb + j * dp;
-          for (int64_t c = 0; c < d; ++c) {
-            dst[c] = any ? src[c] * grad_factor : 0.0f;
-          }
-        }
-      }
-      if (g.d_v != nullptr) {
-        for (int64_t j = 0; j < nb; ++j) {
-          float* dst = g.d_v + b * p.v_sb + kvh * p.v_sh + (j0 + j) * p.v_st;
-          const float* src = dvb + j * dvp;
-          for (int64_t c = 0; c < dv; ++c) dst[c] = any ? src[c] : 0.0f;
-        }
-      }
+      StoreBlockGrads(p, g, b, kvh, j0, nb, any, grad_factor, l, dkb, dvb);
     }
     if (g.d_q != nullptr) {
       for (int64_t r = 0; r < rows; ++r) {
@@ -435,6 +251,76 @@ struct Backward {
         for (int64_t c = 0; c < d; ++c) dst[c] = src[c] * grad_factor;
       }
     }
+  }
+
+  // Row r of rows [r0, r0 + nr) (r >= nr: padding) against keys
+  // [j0, j0 + nb): its probabilities P into sm's row and G = P (dP - D)
+  // (times the epilogue's derivative) into dpm's; zeros outside the row's
+  // interval.
+  static void RowGradients(const Problem& p, int64_t b, int64_t kvh,
+                           int64_t r0, int64_t r, int64_t nr, int64_t j0,
+                           int64_t nb, const Layout& l, const int32_t* row_lo,
+                           const int32_t* row_hi, const float* lse,
+                           const float* dvec, float factor, bool epilogue,
+                           float* sm, float* dpm, float* tt) {
+    const int64_t lq = p.q_len, bk = l.bk;
+    const int64_t nl = Lanes();
+    float* srow = sm + r * bk;
+    float* grow = dpm + r * bk;
+    int64_t lo = 0, hi = 0;
+    if (r < nr && lse[r0 + r] != -INFINITY) {
+      const int64_t i = (r0 + r) % lq;
+      lo = row_lo[i] > j0 ? row_lo[i] - j0 : 0;
+      hi = row_hi[i] - j0 < nb ? row_hi[i] - j0 : nb;
+    }
+    if (lo >= hi) {
+      for (int64_t j = 0; j < bk; ++j) srow[j] = grow[j] = 0.0f;
+      return;
+    }
+    const float row_lse = lse[r0 + r];
+    const V vlse = O::Set(row_lse);
+    const V vd = O::Set(dvec[r0 + r]);
+    if (epilogue) {
+      // The epilogue in src/semantics.h's order, per key; tt holds the
+      // softcap's derivative 1 - tanh^2.
+      const int64_t h = kvh * p.group + (r0 + r) / lq, i = (r0 + r) % lq;
+      const float* bias = BiasRow(p, b, h, i);
+      const float slope = AlibiSlope(p, h);
+      const int64_t pos = QueryPos(p, b, i);
+      float* trow = tt + r * bk;
+      for (int64_t j = lo; j < hi; ++j) {
+        float s = srow[j] * factor;
+        float deriv = 1.0f;
+        if (p.softcap > 0.0f) {
+          const float t = tanhf(s / p.softcap);
+          s = p.softcap * t;
+          deriv = 1.0f - t * t;
+        }
+        if (bias != nullptr) s = WithBias(s, bias[j0 + j]);
+        if (slope != 0.0f) s = WithAlibi(s, slope, pos, j0 + j);
+        srow[j] = s - row_lse;
+        trow[j] = deriv;
+      }
+      for (int64_t j = 0; j < bk; j += nl) {
+        const V pv = Exp::Apply(O::LoadU(srow + j));
+        const V gv = O::Mul(O::Mul(pv, O::Sub(O::LoadU(grow + j), vd)),
+                            O::LoadU(trow + j));
+        O::StoreU(pv, srow + j);
+        O::StoreU(gv, grow + j);
+      }
+    } else {
+      const V vf = O::Set(factor);
+      for (int64_t j = 0; j < bk; j += nl) {
+        const V pv =
+            Exp::Apply(O::Sub(O::Mul(O::LoadU(srow + j), vf), vlse));
+        const V gv = O::Mul(pv, O::Sub(O::LoadU(grow + j), vd));
+        O::StoreU(pv, srow + j);
+        O::StoreU(gv, grow + j);
+      }
+    }
+    // Keys outside the row's interval (and past the block) see nothing.
+    for (int64_t j = 0; j < lo; ++j) srow[j] = grow[j] = 0.0f;
+    for (int64_t j = hi; j < bk; ++j) srow[j] = grow[j] = 0.0f;
   }
 
   // Rows [r0, r0 + nr) against keys [j0, j0 + nb): false when no row sees
@@ -471,71 +357,16 @@ struct Backward {
       }
     }
     if (gauss) {
-      RowsByColumns<true>(qb, dp, d, kt, bk, nr4, bk, sm, bk);
+      K::template RowsByColumns<true>(qb, dp, d, kt, bk, nr4, bk, sm, bk);
     } else {
-      RowsByColumns<false>(qb, dp, d, kt, bk, nr4, bk, sm, bk);
+      K::template RowsByColumns<false>(qb, dp, d, kt, bk, nr4, bk, sm, bk);
     }
-    RowsByColumns<false>(dob, dvp, dv, vt, bk, nr4, bk, dpm, bk);
+    K::template RowsByColumns<false>(dob, dvp, dv, vt, bk, nr4, bk, dpm, bk);
 
     // P into sm, G into dpm.
-    const int64_t nl = Lanes();
     for (int64_t r = 0; r < nr4; ++r) {
-      float* srow = sm + r * bk;
-      float* grow = dpm + r * bk;
-      int64_t lo = 0, hi = 0;
-      if (r < nr && lse[r0 + r] != -INFINITY) {
-        const int64_t i = (r0 + r) % lq;
-        lo = row_lo[i] > j0 ? row_lo[i] - j0 : 0;
-        hi = row_hi[i] - j0 < nb ? row_hi[i] - j0 : nb;
-      }
-      if (lo >= hi) {
-        for (int64_t j = 0; j < bk; ++j) srow[j] = grow[j] = 0.0f;
-        continue;
-      }
-      const float row_lse = lse[r0 + r];
-      const V vlse = O::Set(row_lse);
-      const V vd = O::Set(dvec[r0 + r]);
-      if (epilogue) {
-        // The epilogue in src/semantics.h's order, per key; tt holds the
-        // softcap's derivative 1 - tanh^2.
-        const int64_t h = kvh * p.group + (r0 + r) / lq, i = (r0 + r) % lq;
-        const float* bias = BiasRow(p, b, h, i);
-        const float slope = AlibiSlope(p, h);
-        const int64_t pos = QueryPos(p, b, i);
-        float* trow = tt + r * bk;
-        for (int64_t j = lo; j < hi; ++j) {
-          float s = srow[j] * factor;
-          float deriv = 1.0f;
-          if (p.softcap > 0.0f) {
-            const float t = tanhf(s / p.softcap);
-            s = p.softcap * t;
-            deriv = 1.0f - t * t;
-          }
-          if (bias != nullptr) s = WithBias(s, bias[j0 + j]);
-          if (slope != 0.0f) s = WithAlibi(s, slope, pos, j0 + j);
-          srow[j] = s - row_lse;
-          trow[j] = deriv;
-        }
-        for (int64_t j = 0; j < bk; j += nl) {
-          const V pv = Exp::Apply(O::LoadU(srow + j));
-          const V gv = O::Mul(O::Mul(pv, O::Sub(O::LoadU(grow + j), vd)),
-                              O::LoadU(trow + j));
-          O::StoreU(pv, srow + j);
-          O::StoreU(gv, grow + j);
-        }
-      } else {
-        const V vf = O::Set(factor);
-        for (int64_t j = 0; j < bk; j += nl) {
-          const V pv =
-              Exp::Apply(O::Sub(O::Mul(O::LoadU(srow + j), vf), vlse));
-          const V gv = O::Mul(pv, O::Sub(O::LoadU(grow + j), vd));
-          O::StoreU(pv, srow + j);
-          O::StoreU(gv, grow + j);
-        }
-      }
-      // Keys outside the row's interval (and past the block) see nothing.
-      for (int64_t j = 0; j < lo; ++j) srow[j] = grow[j] = 0.0f;
-      for (int64_t j = hi; j < bk; ++j) srow[j] = grow[j] = 0.0f;
+      RowGradients(p, b, kvh, r0, r, nr, j0, nb, l, row_lo, row_hi, lse, dvec,
+                   factor, epilogue, sm, dpm, tt);
     }
 
     if (g.d_v != nullptr) {  // dV[j] += sum_r P[r][j] dO[r]

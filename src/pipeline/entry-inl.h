@@ -127,6 +127,31 @@ inline size_t Flash<O>::WorkspacePerWorker(const Problem& p) {
   return GroupsTiles(p) ? static_cast<size_t>(kGroupTiles) * tile : tile;
 }
 
+// The row path's schedule a test forced (ForcedPath, pipeline/paths.h),
+// where the task can take it: RunRows and RunRowPhases a task of one split
+// (RunRowPhases: of f32 K and V, at most 2 rows), RunRowPipelined one row
+// of fused low-precision dot scores; 0 where none is forced or it cannot.
+template <class O>
+inline PathBit Flash<O>::ForcedRowPath(const Operands& op, const TileTask& t) {
+  const uint32_t forced = ForcedPath();
+  if (forced == 0) return PathBit{};
+  const bool one_split = t.splits == 1;
+  if (forced == kPathRows && one_split) return kPathRows;
+#if defined(__x86_64__) || defined(__i386__)
+  if (forced == kPathRowPhases && one_split && t.rows <= 2 && !op.convert_k &&
+      !op.convert_v) {
+    return kPathRowPhases;
+  }
+  if (forced == kPathRowPipelined && t.rows == 1 && op.convert_k &&
+      op.convert_v && (op.kind == kDot || op.kind == kDotScaled)) {
+    return kPathRowPipelined;
+  }
+#else
+  (void)op;
+#endif
+  return PathBit{};
+}
+
 // The path a task takes (pipeline/paths.h): RunTask's one choice. The
 // rules are those of the functions named; their measurements are at those
 // functions and in bench/README.md.
@@ -136,6 +161,8 @@ inline PathBit Flash<O>::TaskPath(const Problem& p, const Operands& op,
   if (InterleavesHeads(p)) return kPathRowsHeads;
   if (UsesTinyPath(p, O::Lanes())) return kPathTiny;
   if (t.row_path) {
+    const PathBit forced = ForcedRowPath(op, t);
+    if (forced != PathBit{}) return forced;
 #if defined(__x86_64__) || defined(__i386__)
     if (RowInPhases(p, op, t)) return kPathRowPhases;
     if (RowPipelined(p, t)) return kPathRowPipelined;

@@ -143,6 +143,16 @@ struct Flash {
     int64_t w_lo, w_hi;  // weights[w_lo, w_hi) hold raw scores
   };
 
+  // How RunRows walks a task's rows (PlanRows, path_rows-inl.h): K and V
+  // prefetched in software; low-precision keys (scores) and values
+  // (output) read fused; rows scored jointly; the next block's keys
+  // prefetched during the values, or by the hardware alone; prefetches
+  // past the split's end.
+  struct RowsPlan {
+    bool prefetch, fused_k, fused_v, joint, keys_late, hardware_keys;
+    bool keys_past_split;
+  };
+
   // Row readers: the keys and values of the row path as rows of T, vector
   // loads widened to f32 and scalar decoding for the tails. F32Rows for the
   // f32 rows in place or dequantized by the block source; a single
@@ -471,6 +481,9 @@ struct Flash {
                                               int64_t j0, int64_t j1,
                                               int64_t end, int64_t* lo,
                                               int64_t* hi);
+  static QKV_FLASH_INLINE RowsPlan PlanRows(const Problem& p,
+                                            const Operands& op,
+                                            const Tile& tile, int64_t rows);
   static void RunRows(const Problem& p, const Operands& op,
                       const TileTask& task, const unsigned char* shared,
                       const Tile& tile);
@@ -495,6 +508,21 @@ struct Flash {
 
   // path_heads-inl.h: the interleaved-heads path: decoding rows of several kv
   // heads in one task.
+  static QKV_FLASH_INLINE int64_t HeadsStep(const Operands* ops, int64_t heads,
+                                            bool fused, bool joint, bool* lead);
+  static QKV_FLASH_INLINE void PrefetchPiece(const Operands& op, bool values,
+                                             int64_t n, int64_t sa, int64_t ea);
+  static QKV_FLASH_INLINE void HeadsProbabilities(
+      const Problem& p, const Tile* tiles, int64_t heads, int64_t rows,
+      int64_t j0, int64_t j1, int64_t key_end, float* alphas);
+  static QKV_FLASH_INLINE void HeadPieceScores(const Problem& p,
+                                               const Operands& op,
+                                               const Tile& tile, int64_t rows,
+                                               int64_t r, int64_t lo,
+                                               int64_t a, int64_t e);
+  static QKV_FLASH_INLINE void HeadPieceOutput(
+      const Problem& p, const Operands& op, const Tile& tile, int64_t rows,
+      int64_t r, int64_t lo, int64_t a, int64_t e, const float* alpha_g);
   static void RunRowsHeads(const Problem& p, const TileTask& task,
                            const unsigned char* shared,
                            unsigned char* workspace);
@@ -502,6 +530,11 @@ struct Flash {
   // path_tiny-inl.h: the tiny path: at most one vector of keys, keys in lanes.
   static void TransposeRows(const float* base, int64_t stride, int32_t count,
                             float* dst);
+  static QKV_FLASH_INLINE void TinyTranspose(const Problem& p,
+                                             const Operands& op,
+                                             const TinyTile& tile);
+  static QKV_FLASH_INLINE V TinyScores(const Problem& p, const Operands& op,
+                                       const TinyTile& tile, const float* q);
   static void RunRowsTiny(const Problem& p, const Operands& op,
                           const TileTask& task, unsigned char* workspace);
   static void RunTiny(const Problem& p, const Operands& op,
@@ -517,6 +550,7 @@ struct Flash {
   static size_t TaskRows(const Problem& p);
   static size_t NumTasks(const Problem& p);
   static size_t WorkspacePerWorker(const Problem& p);
+  static PathBit ForcedRowPath(const Operands& op, const TileTask& t);
   static PathBit TaskPath(const Problem& p, const Operands& op,
                           const TileTask& t);
   static void RunTask(const Problem& p, size_t task,

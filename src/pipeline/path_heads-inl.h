@@ -14,6 +14,123 @@ HWY_BEFORE_NAMESPACE();
 namespace qkv {
 namespace QKV_SIMD_NAMESPACE {
 
+// The interleaved path's piece of keys and its prefetch: software
+// prefetch (`lead`, 4 keys a piece) where the hardware prefetchers alone
+// fall short, joint rows and rows off 64-byte lines (token-major decoding
+// on Zen 4 and S1 token-major from malloc'd rows); aligned rows take 8
+// keys, 16 at 16 lanes, unprefetched, and so do the low-precision caches'
+// single rows. x86 only: no ARM machine here measures memory
+// (bench/README.md, "Interleaved heads for token-major decoding").
+template <class O>
+QKV_FLASH_INLINE int64_t Flash<O>::HeadsStep(const Operands* ops,
+                                             int64_t heads, bool fused,
+                                             bool joint, bool* lead) {
+#if defined(__x86_64__) || defined(__i386__)
+  bool on_lines = true;
+  auto lines = [](const KvSource& src) {
+    return reinterpret_cast<uintptr_t>(src.base) % 64 == 0 &&
+           src.row_bytes % 64 == 0;
+  };
+  for (int64_t g = 0; g < heads; ++g) {
+    on_lines = on_lines && lines(ops[g].ksrc) && lines(ops[g].vsrc);
+  }
+  *lead = !fused && (joint || !on_lines);
+  const bool wide = !fused && O::Lanes() >= 16;
+#else
+  (void)ops, (void)heads, (void)fused, (void)joint;
+  *lead = false;
+  const bool wide = false;  // measured on x86 only
+#endif
+  return *lead ? kInterleaveKeysPrefetched
+               : wide ? kInterleaveKeysWide : kInterleaveKeys;
+}
+
+// Keys [sa, ea) of op's K (or V) rows, `n` elements each, into L2. A
+// plain loop, not a PrefetchStream: one built and stepped per piece and
+// head took 1.09-1.57x the time of these walks (every x86 backend).
+template <class O>
+QKV_FLASH_INLINE void Flash<O>::PrefetchPiece(const Operands& op, bool values,
+                                              int64_t n, int64_t sa,
+                                              int64_t ea) {
+  const KvSource& src = values ? op.vsrc : op.ksrc;
+  const int64_t bytes = n * KvElementBytes(src.dtype);
+  for (int64_t t = sa; t < ea; ++t) {
+    const unsigned char* row = src.base + t * src.row_bytes;
+    for (int64_t c = 0; c < bytes; c += 64) {
+      __builtin_prefetch(row + c, 0, kL2Locality);
+    }
+  }
+}
+
+// Each head's rows' probabilities of block [j0, j1), their rescales into
+// alphas[g * kRowPathMaxRows + r].
+template <class O>
+QKV_FLASH_INLINE void Flash<O>::HeadsProbabilities(
+    const Problem& p, const Tile* tiles, int64_t heads, int64_t rows,
+    int64_t j0, int64_t j1, int64_t key_end, float* alphas) {
+  const int64_t s_floats = static_cast<int64_t>(RowScoreFloats(O::Lanes()));
+  for (int64_t g = 0; g < heads; ++g) {
+    const Tile& tile = tiles[g];
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t lo, hi;
+      RowKeysOfBlock(tile, r, j0, j1, key_end, &lo, &hi);
+      if (hi <= lo) continue;
+      alphas[g * kRowPathMaxRows + r] = RowProbabilities(
+          p, tile, r, lo, hi - lo, tile.s_row + r * s_floats);
+    }
+  }
+}
+
+// Scores of row r's keys [a, e) of a block whose first key of the row is
+// lo (r < 0: the joint rows), at s_row + r * s_floats + (a - lo).
+template <class O>
+QKV_FLASH_INLINE void Flash<O>::HeadPieceScores(const Problem& p,
+                                                const Operands& op,
+                                                const Tile& tile, int64_t rows,
+                                                int64_t r, int64_t lo,
+                                                int64_t a, int64_t e) {
+  const int64_t d = ScoreDim(p);
+  const int64_t s_floats = static_cast<int64_t>(RowScoreFloats(O::Lanes()));
+  if (r < 0) {
+    JointScoresOnly(op, tile, rows, op.k + a * op.k_st, e - a,
+                    tile.s_row + (a - lo), s_floats, nullptr);
+    return;
+  }
+  float* st = tile.s_row + r * s_floats + (a - lo);
+  if (p.kv_dtype != QKV_DTYPE_F32) {  // fused: one row, dot scores
+    RowDotScoresLowPrecision(tile.q_rows + r * d, op.ksrc, a, d, e - a,
+                             op.finish, st, nullptr);
+  } else {
+    RowScoresFor(p, op, tile.q_rows + r * d, op.k + a * op.k_st, e - a, st,
+                 nullptr);
+  }
+}
+
+// The output of the same piece; the first piece of a block rescales by the
+// head's alpha_g[r], the others by 1 (exact).
+template <class O>
+QKV_FLASH_INLINE void Flash<O>::HeadPieceOutput(
+    const Problem& p, const Operands& op, const Tile& tile, int64_t rows,
+    int64_t r, int64_t lo, int64_t a, int64_t e, const float* alpha_g) {
+  static constexpr float kOnes[kRowPathMaxRows] = {1.0f, 1.0f, 1.0f, 1.0f};
+  const int64_t dv = p.value_dim;
+  const int64_t s_floats = static_cast<int64_t>(RowScoreFloats(O::Lanes()));
+  if (r < 0) {
+    JointOutput(p, op, tile, rows, tile.s_row + (a - lo), op.v + a * op.v_st,
+                e - a, s_floats, a == lo ? alpha_g : kOnes);
+    return;
+  }
+  const float alpha = a == lo ? alpha_g[r] : 1.0f;
+  float* pr = tile.s_row + r * s_floats + (a - lo);
+  if (p.kv_dtype != QKV_DTYPE_F32) {
+    RowOutputLowPrecision(pr, op.vsrc, a, dv, e - a, alpha,
+                          tile.o_rows + r * dv, nullptr);
+  } else {
+    RowOutput(pr, op.v + a * op.v_st, dv, op.v_st, e - a, alpha,
+              tile.o_rows + r * dv);
+  }
+}
+
 // The row path over up to kHeadGroupMax kv heads of a token-major cache
 // (InterleavesHeads): each key block is scored kInterleaveKeys (or
 // kInterleaveKeysPrefetched) keys at a time for every head of the group
@@ -28,7 +145,6 @@ inline void Flash<O>::RunRowsHeads(const Problem& p, const TileTask& task,
   const int64_t heads = task.heads, rows = task.rows;
   const int64_t d = ScoreDim(p), dv = p.value_dim;
   const size_t tile_bytes = LayoutRowTile(p, O::Lanes(), nullptr, nullptr);
-  const int64_t s_floats = static_cast<int64_t>(RowScoreFloats(O::Lanes()));
   Operands ops[kHeadGroupMax];
   Tile tiles[kHeadGroupMax];
   float alphas[kHeadGroupMax * kRowPathMaxRows];
@@ -43,36 +159,8 @@ inline void Flash<O>::RunRowsHeads(const Problem& p, const TileTask& task,
   const bool fused = p.kv_dtype != QKV_DTYPE_F32;  // one row, dot scores
   // Every head's rows see the same keys or none does (RowKeys).
   const bool joint = !fused && JointRows(ops[0], tiles[0], rows);
-  static constexpr float kOnes[kRowPathMaxRows] = {1.0f, 1.0f, 1.0f, 1.0f};
-  // Software prefetch where the hardware prefetchers alone fall short:
-  // joint rows (GQA-4 token-major decoding on Zen 4, 0.77-0.87x the time
-  // on every x86 target) and rows off 64-byte lines (S1 token-major 16
-  // bytes past a line, as from malloc, 0.92-0.98x), 4 keys a piece then.
-  // S1 from aligned rows keeps 8 keys and no prefetch (the prefetch:
-  // 1.02-1.06x), and so do the low-precision caches' single rows
-  // (binary16 off 64-byte lines: 1.12x). x86 only: no ARM machine here
-  // measures memory.
-#if defined(__x86_64__) || defined(__i386__)
-  bool on_lines = true;
-  auto lines = [](const KvSource& src) {
-    return reinterpret_cast<uintptr_t>(src.base) % 64 == 0 &&
-           src.row_bytes % 64 == 0;
-  };
-  for (int64_t g = 0; g < heads; ++g) {
-    on_lines = on_lines && lines(ops[g].ksrc) && lines(ops[g].vsrc);
-  }
-  const bool lead = !fused && (joint || !on_lines);
-#else
-  const bool lead = false;
-#endif
-#if defined(__x86_64__) || defined(__i386__)
-  const bool wide = !fused && O::Lanes() >= 16;
-#else
-  const bool wide = false;  // measured on x86 only
-#endif
-  const int64_t step = lead   ? kInterleaveKeysPrefetched
-                       : wide ? kInterleaveKeysWide
-                              : kInterleaveKeys;
+  bool lead;
+  const int64_t step = HeadsStep(ops, heads, fused, joint, &lead);
   const int64_t start =
       span.begin > task.key_begin ? span.begin : task.key_begin;
   const int64_t stop = span.end < task.key_end ? span.end : task.key_end;
@@ -100,24 +188,12 @@ inline void Flash<O>::RunRowsHeads(const Problem& p, const TileTask& task,
     for (int64_t s0 = j0; s0 < j1; s0 += step) {
       const int64_t s1 = s0 + step < j1 ? s0 + step : j1;
       for (int64_t g = 0; g < heads; ++g) {
-        // A plain loop, not a PrefetchStream: one built and stepped per
-        // piece and head took 1.09-1.57x the time of these walks
-        // (S1_token_major_u, S1_gqa4_token_m, every x86 backend).
         if (lead) {  // the piece kPieceLead pieces on, into L2
           const int64_t ga = g + kPieceLead;
           const int64_t sa = s0 + (ga / heads) * step;
           if (sa < j1) {
-            const Operands& oa = ops[ga % heads];
-            const KvSource& src = values ? oa.vsrc : oa.ksrc;
-            const int64_t bytes =
-                (values ? dv : d) * KvElementBytes(src.dtype);
-            const int64_t ea = sa + step < j1 ? sa + step : j1;
-            for (int64_t t = sa; t < ea; ++t) {
-              const unsigned char* row = src.base + t * src.row_bytes;
-              for (int64_t c = 0; c < bytes; c += 64) {
-                __builtin_prefetch(row + c, 0, kL2Locality);
-              }
-            }
+            PrefetchPiece(ops[ga % heads], values, values ? dv : d, sa,
+                          sa + step < j1 ? sa + step : j1);
           }
         }
         int64_t lo, a, e;
@@ -140,51 +216,14 @@ inline void Flash<O>::RunRowsHeads(const Problem& p, const TileTask& task,
     each_piece(j0, j1, false, [&](const Operands& op, const Tile& tile,
                                   int64_t, int64_t r, int64_t lo, int64_t a,
                                   int64_t e) {
-      if (r < 0) {
-        JointScoresOnly(op, tile, rows, op.k + a * op.k_st, e - a,
-                        tile.s_row + (a - lo), s_floats, nullptr);
-        return;
-      }
-      float* st = tile.s_row + r * s_floats + (a - lo);
-      if (fused) {
-        RowDotScoresLowPrecision(tile.q_rows + r * d, op.ksrc, a, d, e - a,
-                                 op.finish, st, nullptr);
-      } else {
-        RowScoresFor(p, op, tile.q_rows + r * d, op.k + a * op.k_st, e - a,
-                     st, nullptr);
-      }
+      HeadPieceScores(p, op, tile, rows, r, lo, a, e);
     });
-    for (int64_t g = 0; g < heads; ++g) {
-      const Tile& tile = tiles[g];
-      for (int64_t r = 0; r < rows; ++r) {
-        int64_t lo, hi;
-        keys_of(tile, r, j0, j1, &lo, &hi);
-        if (hi <= lo) continue;
-        alphas[g * kRowPathMaxRows + r] = RowProbabilities(
-            p, tile, r, lo, hi - lo, tile.s_row + r * s_floats);
-      }
-    }
+    HeadsProbabilities(p, tiles, heads, rows, j0, j1, task.key_end, alphas);
     each_piece(j0, j1, true, [&](const Operands& op, const Tile& tile,
                                  int64_t g, int64_t r, int64_t lo,
                                  int64_t a, int64_t e) {
-      // The output's first piece of a block rescales by alpha, the
-      // others by 1 (exact).
-      const float* alpha_g = alphas + g * kRowPathMaxRows;
-      if (r < 0) {
-        JointOutput(p, op, tile, rows, tile.s_row + (a - lo),
-                    op.v + a * op.v_st, e - a, s_floats,
-                    a == lo ? alpha_g : kOnes);
-        return;
-      }
-      const float alpha = a == lo ? alpha_g[r] : 1.0f;
-      float* pr = tile.s_row + r * s_floats + (a - lo);
-      if (fused) {
-        RowOutputLowPrecision(pr, op.vsrc, a, dv, e - a, alpha,
-                              tile.o_rows + r * dv, nullptr);
-      } else {
-        RowOutput(pr, op.v + a * op.v_st, dv, op.v_st, e - a, alpha,
-                  tile.o_rows + r * dv);
-      }
+      HeadPieceOutput(p, op, tile, rows, r, lo, a, e,
+                      alphas + g * kRowPathMaxRows);
     });
   }
   for (int64_t g = 0; g < heads; ++g) {

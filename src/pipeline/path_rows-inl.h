@@ -181,6 +181,61 @@ QKV_FLASH_INLINE void Flash<O>::RowKeysOfBlock(const Tile& tile, int64_t r,
   *hi = h < end ? h : end;
 }
 
+// RunRows' choices for a task's rows: the plan of the row path.
+template <class O>
+QKV_FLASH_INLINE typename Flash<O>::RowsPlan Flash<O>::PlanRows(
+    const Problem& p, const Operands& op, const Tile& tile, int64_t rows) {
+  RowsPlan r;
+  r.prefetch = PrefetchesKv(p);
+  r.fused_v = op.convert_v && rows == 1;
+  r.fused_k =
+      r.fused_v && op.convert_k && (op.kind == kDot || op.kind == kDotScaled);
+  // From cache joint rows are 1.5x faster. From DRAM (PrefetchesKv) 4 or
+  // 8 joint rows prefetch the next block's keys while their output
+  // accumulates, which takes longer than their scores (4 rows: also while
+  // scoring, RowScoresRows stepping both streams) (GQA-4 decoding,
+  // 128 MiB of K and V, Emerald Rapids: 0.84-0.93x the time of one row at
+  // a time; joint rows prefetching only in the scores measured 1.04-1.06x
+  // slower on Zen 4); 2 rows go one at a time (joint: 0.99-1.02x).
+  r.joint = (!r.prefetch || rows >= 4) && JointRows(op, tile, rows);
+  // Where the next block's keys are prefetched when rows go one at a time:
+  // during the first row's scores, beside this block's values (Intel), or
+  // during its values (keys_late: AMD; S1 decoding from DRAM on Zen 4,
+  // f32 0.80-0.92x the time, f16 and bf16 0.77-0.97x; on Emerald Rapids
+  // 1.01-1.05x). KeysPrefetchedLate() says which (src/engine.h). Not
+  // where converting the block is the bound, int8 on 8- and 4-lane
+  // targets and binary16 without F16C (4-lane x86 targets): there the
+  // extra steps cost 1.01-1.09x on Zen 4 (int8 on Zen 5, every call from
+  // DRAM: AVX-512 0.84-0.90x the time, AVX2 0.99-1.00x, SSE4 1.01x).
+  r.keys_late =
+      r.prefetch && !r.joint && KeysPrefetchedLate() &&
+      (op.ksrc.dtype != QKV_DTYPE_I8 || O::Lanes() >= 16) &&
+      !(op.ksrc.dtype == QKV_DTYPE_F16 && O::Lanes() < 8);
+  // With keys_late, f32 keys on 16-lane targets are left to the hardware
+  // prefetchers, which follow the first row's scores reading them in
+  // order (KeyMajorScores): S1 on Zen 4, 0.92-0.96x the time. The value
+  // pass still goes 8 keys at a time (pk steps a stream with nothing to
+  // do). Not on 8- and 4-lane targets (1.00x, and 1.13x on SSE4), nor
+  // for binary16 and bfloat16 keys (1.15-1.20x); joint rows without
+  // their key prefetches measured 1.1-1.4x (GQA-4 and GQA-8).
+  r.hardware_keys =
+      r.keys_late && op.ksrc.dtype == QKV_DTYPE_F32 && O::Lanes() >= 16;
+  // The next block's keys are prefetched past the end of a split, up to
+  // the rows' last visible key: with head-major splits (SplitsHeadMajor)
+  // they are the next task's first block, which would otherwise start
+  // cold (S1 decoding on Zen 5, one worker: f16 and bf16 0.89-0.93x the
+  // time, int8 0.97x, GQA-8 0.90-0.95x; two workers, which take adjacent
+  // splits, unchanged). x86 only: on AArch64 the extra prefetches raised
+  // the instructions per pair of S1 decoding by up to 3%
+  // (bench/arm_icount.sh), and no ARM machine here measures memory.
+#if defined(__x86_64__) || defined(__i386__)
+  r.keys_past_split = true;
+#else
+  r.keys_past_split = false;
+#endif
+  return r;
+}
+
 // All rows (at most kRowPathMaxRows, or the 8 of kPathRows8) of one
 // (batch, kv head), keys
 // [task.key_begin, task.key_end) of them (one flash-decoding split). Keys
@@ -199,55 +254,13 @@ inline void Flash<O>::RunRows(const Problem& p, const Operands& op,
   const int64_t stop = span.end < task.key_end ? span.end : task.key_end;
   const int64_t ks = op.k_st, vs = op.v_st;
   float* st = tile.s_row;
-  const bool prefetch = PrefetchesKv(p);
-  const bool fused_v = op.convert_v && rows == 1;
-  const bool fused_k =
-      fused_v && op.convert_k && (op.kind == kDot || op.kind == kDotScaled);
-  // From cache joint rows are 1.5x faster. From DRAM (PrefetchesKv) 4 or
-  // 8 joint rows prefetch the next block's keys while their output
-  // accumulates, which takes longer than their scores (4 rows: also while
-  // scoring, RowScoresRows stepping both streams) (GQA-4 decoding,
-  // 128 MiB of K and V, Emerald Rapids: 0.84-0.93x the time of one row at
-  // a time; joint rows prefetching only in the scores measured 1.04-1.06x
-  // slower on Zen 4); 2 rows go one at a time (joint: 0.99-1.02x).
-  const bool joint = (!prefetch || rows >= 4) && JointRows(op, tile, rows);
+  const RowsPlan plan = PlanRows(p, op, tile, rows);
+  const bool prefetch = plan.prefetch, fused_k = plan.fused_k;
+  const bool fused_v = plan.fused_v, joint = plan.joint;
+  const bool keys_late = plan.keys_late;
   TracePath(joint ? kPathRowsJoint : kPathRows);
-  // Where the next block's keys are prefetched when rows go one at a time:
-  // during the first row's scores, beside this block's values (Intel), or
-  // during its values (keys_late: AMD; S1 decoding from DRAM on Zen 4,
-  // f32 0.80-0.92x the time, f16 and bf16 0.77-0.97x; on Emerald Rapids
-  // 1.01-1.05x). KeysPrefetchedLate() says which (src/engine.h). Not
-  // where converting the block is the bound, int8 on 8- and 4-lane
-  // targets and binary16 without F16C (4-lane x86 targets): there the
-  // extra steps cost 1.01-1.09x on Zen 4 (int8 on Zen 5, every call from
-  // DRAM: AVX-512 0.84-0.90x the time, AVX2 0.99-1.00x, SSE4 1.01x).
-  const bool keys_late =
-      prefetch && !joint && KeysPrefetchedLate() &&
-      (op.ksrc.dtype != QKV_DTYPE_I8 || O::Lanes() >= 16) &&
-      !(op.ksrc.dtype == QKV_DTYPE_F16 && O::Lanes() < 8);
-  // With keys_late, f32 keys on 16-lane targets are left to the hardware
-  // prefetchers, which follow the first row's scores reading them in
-  // order (KeyMajorScores): S1 on Zen 4, 0.92-0.96x the time. The value
-  // pass still goes 8 keys at a time (pk steps a stream with nothing to
-  // do). Not on 8- and 4-lane targets (1.00x, and 1.13x on SSE4), nor
-  // for binary16 and bfloat16 keys (1.15-1.20x); joint rows without
-  // their key prefetches measured 1.1-1.4x (GQA-4 and GQA-8).
-  const bool hardware_keys =
-      keys_late && op.ksrc.dtype == QKV_DTYPE_F32 && O::Lanes() >= 16;
   const int64_t s_floats = static_cast<int64_t>(RowScoreFloats(O::Lanes()));
-  // The next block's keys are prefetched past the end of a split, up to
-  // the rows' last visible key: with head-major splits (SplitsHeadMajor)
-  // they are the next task's first block, which would otherwise start
-  // cold (S1 decoding on Zen 5, one worker: f16 and bf16 0.89-0.93x the
-  // time, int8 0.97x, GQA-8 0.90-0.95x; two workers, which take adjacent
-  // splits, unchanged). x86 only: on AArch64 the extra prefetches raised
-  // the instructions per pair of S1 decoding by up to 3%
-  // (bench/arm_icount.sh), and no ARM machine here measures memory.
-#if defined(__x86_64__) || defined(__i386__)
-  const int64_t key_stop = span.end;
-#else
-  const int64_t key_stop = stop;
-#endif
+  const int64_t key_stop = plan.keys_past_split ? span.end : stop;
   for (int64_t j0 = start; j0 < stop; j0 += kBlockKeys) {
     // The first row's scores prefetch this block's V (and the next K).
     const int64_t nb_all = BlockKeys(j0, stop);
@@ -258,7 +271,7 @@ inline void Flash<O>::RunRows(const Problem& p, const Operands& op,
                      : keys_late        ? 0
                                         : nb_all / 4,
                      PrefetchTo::kL2);
-    BlockPrefetch late(keys_late && !hardware_keys, op, dv, j0, nb_all,
+    BlockPrefetch late(keys_late && !plan.hardware_keys, op, dv, j0, nb_all,
                        key_stop, 0, nb_all, PrefetchTo::kL2);
     PrefetchStream* const pk = keys_late ? &late.k : nullptr;
     // For the scores that read the block's keys first (the first row's,

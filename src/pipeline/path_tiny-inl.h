@@ -26,25 +26,15 @@ inline void Flash<O>::TransposeRows(const float* base, int64_t stride,
   for (int64_t u = 0; u < N; ++u) dst[u] = u < count ? base[u * stride] : 0.0f;
 }
 
-// Row path for tiny problems, kv_len <= lanes (toy shapes, short caches):
-// K and V are transposed once into the workspace and each row's scores,
-// softmax and output are a handful of whole-vector operations with keys in
-// lanes. Tiny calls are dominated by fixed costs, so this path sets up only
-// what it uses (no Tile, no divisions). RunTiny may run it with narrower
-// ops than the engine's, whose lanes still hold kv_len keys: it lays out
-// the workspace for its own lanes, less than the engine asked for.
+// K and V of the task's (batch, kv head) transposed into tile.kt and
+// tile.vt, keys in lanes; lanes of keys j >= kv_len are 0, never garbage:
+// they are masked later, and a 0 keeps every lane's arithmetic finite.
 template <class O>
-inline void Flash<O>::RunRowsTiny(const Problem& p, const Operands& op,
-                                  const TileTask& task,
-                                  unsigned char* workspace) {
+QKV_FLASH_INLINE void Flash<O>::TinyTranspose(const Problem& p,
+                                              const Operands& op,
+                                              const TinyTile& tile) {
   const int64_t N = static_cast<int64_t>(O::Lanes());
-  TinyTile tile;
-  LayoutTiny(p, O::Lanes(), workspace, &tile);
-  const int64_t b = task.b, kvh = task.kvh;
   const int64_t d = op.dim, dv = p.value_dim, lk = p.kv_len;
-  // Keys and values transposed; lanes of keys j >= lk are 0, never
-  // garbage: they are masked below, and a 0 keeps every lane's arithmetic
-  // finite.
   const int32_t count = static_cast<int32_t>(lk);
   const float* k = op.k;
   const float* v = op.v;
@@ -66,6 +56,56 @@ inline void Flash<O>::RunRowsTiny(const Problem& p, const Operands& op,
   for (int64_t c = 0; c < dv; ++c) {
     TransposeRows(v + c, op.v_st, count, tile.vt + c * N);
   }
+}
+
+// Row q's scores of every key, keys in lanes, for each score kind, with
+// the kind's finishing factor.
+template <class O>
+QKV_FLASH_INLINE typename Flash<O>::V Flash<O>::TinyScores(
+    const Problem& p, const Operands& op, const TinyTile& tile,
+    const float* q) {
+  const int64_t N = static_cast<int64_t>(O::Lanes());
+  const int64_t d = op.dim;
+  const V zero = O::Zero();
+  V s = zero;
+  if (op.kind == kAdditive) {
+    for (int64_t t = 0; t < d; ++t) {
+      s = ScoreTerm<kAdditive>(O::Set(q[t]), O::Load(tile.kt + t * N),
+                               O::Set(p.w_v[t]), s);
+    }
+  } else if (op.kind == kGaussian) {
+    for (int64_t t = 0; t < d; ++t) {
+      s = ScoreTerm<kGaussian>(O::Set(q[t]), O::Load(tile.kt + t * N),
+                               zero, s);
+    }
+    s = O::Mul(s, O::Set(op.finish));
+  } else {
+    for (int64_t t = 0; t < d; ++t) {
+      s = O::MulAdd(O::Set(q[t] * op.q_scale), O::Load(tile.kt + t * N),
+                    s);
+    }
+    if (op.kind == kDotScaled) s = O::Mul(s, O::Set(op.finish));
+  }
+  return s;
+}
+
+// Row path for tiny problems, kv_len <= lanes (toy shapes, short caches):
+// K and V are transposed once into the workspace and each row's scores,
+// softmax and output are a handful of whole-vector operations with keys in
+// lanes. Tiny calls are dominated by fixed costs, so this path sets up only
+// what it uses (no Tile, no divisions). RunTiny may run it with narrower
+// ops than the engine's, whose lanes still hold kv_len keys: it lays out
+// the workspace for its own lanes, less than the engine asked for.
+template <class O>
+inline void Flash<O>::RunRowsTiny(const Problem& p, const Operands& op,
+                                  const TileTask& task,
+                                  unsigned char* workspace) {
+  const int64_t N = static_cast<int64_t>(O::Lanes());
+  TinyTile tile;
+  LayoutTiny(p, O::Lanes(), workspace, &tile);
+  const int64_t b = task.b, kvh = task.kvh;
+  const int64_t dv = p.value_dim, lk = p.kv_len;
+  TinyTranspose(p, op, tile);
   const float softcap = p.softcap;
   const V key = O::Load(kLaneIndex);
   const bool extras = p.lse != nullptr || p.weights != nullptr;
@@ -96,25 +136,7 @@ inline void Flash<O>::RunRowsTiny(const Problem& p, const Operands& op,
     float* out = out_head + at.i * p.out_st;
     const int64_t pos = neg_slope != 0.0f ? QueryPos(p, b, at.i) : 0;
     at.Next(p);
-    V s = zero;
-    if (op.kind == kAdditive) {
-      for (int64_t t = 0; t < d; ++t) {
-        s = ScoreTerm<kAdditive>(O::Set(q[t]), O::Load(tile.kt + t * N),
-                                 O::Set(p.w_v[t]), s);
-      }
-    } else if (op.kind == kGaussian) {
-      for (int64_t t = 0; t < d; ++t) {
-        s = ScoreTerm<kGaussian>(O::Set(q[t]), O::Load(tile.kt + t * N),
-                                 zero, s);
-      }
-      s = O::Mul(s, O::Set(op.finish));
-    } else {
-      for (int64_t t = 0; t < d; ++t) {
-        s = O::MulAdd(O::Set(q[t] * op.q_scale), O::Load(tile.kt + t * N),
-                      s);
-      }
-      if (op.kind == kDotScaled) s = O::Mul(s, O::Set(op.finish));
-    }
+    V s = TinyScores(p, op, tile, q);
     float* tail = tile.tail;
     if (softcap > 0.0f) {
       s = Softcapped(s, O::Set(softcap), O::Set(InvCap(softcap)));

@@ -1,7 +1,8 @@
 // The forward pipeline's paths (src/pipeline/flash-inl.h, Flash::RunTask),
 // as bits of a trace that tests read to assert which path a case took
-// (tests/bits_test.cc). Tracing is off unless a test turns it on; off, a
-// task pays one relaxed load of a flag no one writes.
+// (tests/bits_test.cc), and a test hook that forces a path. Tracing is off
+// unless a test turns it on; off, a task pays a relaxed load of a flag no
+// one writes, and another of the forced path.
 #ifndef QKV_SRC_PIPELINE_PATHS_H_
 #define QKV_SRC_PIPELINE_PATHS_H_
 
@@ -35,6 +36,18 @@ static inline void TracePath(uint32_t bit) {
     g_paths_traced.fetch_or(bit, std::memory_order_relaxed);
   }
 }
+
+// A path the calls must take where a task can take it, for tests: one of
+// the row path's schedules, which compute the same bits (RunRows,
+// RunRowPhases, RunRowPipelined: kPathRows, kPathRowPhases,
+// kPathRowPipelined; the last two exist on x86 only), so that a test can
+// run each on any CPU and compare; 0 (the default) leaves the choice to
+// the pipeline. Flash::TaskPath says which tasks can take each.
+extern std::atomic<uint32_t> g_forced_path;
+static inline uint32_t ForcedPath() {
+  return g_forced_path.load(std::memory_order_relaxed);
+}
+void ForcePath(uint32_t bit);
 
 // Turns tracing on (or off) and clears the trace.
 void TracePaths(bool on);
