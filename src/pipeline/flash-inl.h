@@ -515,14 +515,6 @@ struct Flash {
   static QKV_FLASH_INLINE void HeadsProbabilities(
       const Problem& p, const Tile* tiles, int64_t heads, int64_t rows,
       int64_t j0, int64_t j1, int64_t key_end, float* alphas);
-  static QKV_FLASH_INLINE void HeadPieceScores(const Problem& p,
-                                               const Operands& op,
-                                               const Tile& tile, int64_t rows,
-                                               int64_t r, int64_t lo,
-                                               int64_t a, int64_t e);
-  static QKV_FLASH_INLINE void HeadPieceOutput(
-      const Problem& p, const Operands& op, const Tile& tile, int64_t rows,
-      int64_t r, int64_t lo, int64_t a, int64_t e, const float* alpha_g);
   static void RunRowsHeads(const Problem& p, const TileTask& task,
                            const unsigned char* shared,
                            unsigned char* workspace);

@@ -81,56 +81,6 @@ QKV_FLASH_INLINE void Flash<O>::HeadsProbabilities(
   }
 }
 
-// Scores of row r's keys [a, e) of a block whose first key of the row is
-// lo (r < 0: the joint rows), at s_row + r * s_floats + (a - lo).
-template <class O>
-QKV_FLASH_INLINE void Flash<O>::HeadPieceScores(const Problem& p,
-                                                const Operands& op,
-                                                const Tile& tile, int64_t rows,
-                                                int64_t r, int64_t lo,
-                                                int64_t a, int64_t e) {
-  const int64_t d = ScoreDim(p);
-  const int64_t s_floats = static_cast<int64_t>(RowScoreFloats(O::Lanes()));
-  if (r < 0) {
-    JointScoresOnly(op, tile, rows, op.k + a * op.k_st, e - a,
-                    tile.s_row + (a - lo), s_floats, nullptr);
-    return;
-  }
-  float* st = tile.s_row + r * s_floats + (a - lo);
-  if (p.kv_dtype != QKV_DTYPE_F32) {  // fused: one row, dot scores
-    RowDotScoresLowPrecision(tile.q_rows + r * d, op.ksrc, a, d, e - a,
-                             op.finish, st, nullptr);
-  } else {
-    RowScoresFor(p, op, tile.q_rows + r * d, op.k + a * op.k_st, e - a, st,
-                 nullptr);
-  }
-}
-
-// The output of the same piece; the first piece of a block rescales by the
-// head's alpha_g[r], the others by 1 (exact).
-template <class O>
-QKV_FLASH_INLINE void Flash<O>::HeadPieceOutput(
-    const Problem& p, const Operands& op, const Tile& tile, int64_t rows,
-    int64_t r, int64_t lo, int64_t a, int64_t e, const float* alpha_g) {
-  static constexpr float kOnes[kRowPathMaxRows] = {1.0f, 1.0f, 1.0f, 1.0f};
-  const int64_t dv = p.value_dim;
-  const int64_t s_floats = static_cast<int64_t>(RowScoreFloats(O::Lanes()));
-  if (r < 0) {
-    JointOutput(p, op, tile, rows, tile.s_row + (a - lo), op.v + a * op.v_st,
-                e - a, s_floats, a == lo ? alpha_g : kOnes);
-    return;
-  }
-  const float alpha = a == lo ? alpha_g[r] : 1.0f;
-  float* pr = tile.s_row + r * s_floats + (a - lo);
-  if (p.kv_dtype != QKV_DTYPE_F32) {
-    RowOutputLowPrecision(pr, op.vsrc, a, dv, e - a, alpha,
-                          tile.o_rows + r * dv, nullptr);
-  } else {
-    RowOutput(pr, op.v + a * op.v_st, dv, op.v_st, e - a, alpha,
-              tile.o_rows + r * dv);
-  }
-}
-
 // The row path over up to kHeadGroupMax kv heads of a token-major cache
 // (InterleavesHeads): each key block is scored kInterleaveKeys (or
 // kInterleaveKeysPrefetched) keys at a time for every head of the group
@@ -145,6 +95,7 @@ inline void Flash<O>::RunRowsHeads(const Problem& p, const TileTask& task,
   const int64_t heads = task.heads, rows = task.rows;
   const int64_t d = ScoreDim(p), dv = p.value_dim;
   const size_t tile_bytes = LayoutRowTile(p, O::Lanes(), nullptr, nullptr);
+  const int64_t s_floats = static_cast<int64_t>(RowScoreFloats(O::Lanes()));
   Operands ops[kHeadGroupMax];
   Tile tiles[kHeadGroupMax];
   float alphas[kHeadGroupMax * kRowPathMaxRows];
@@ -159,6 +110,7 @@ inline void Flash<O>::RunRowsHeads(const Problem& p, const TileTask& task,
   const bool fused = p.kv_dtype != QKV_DTYPE_F32;  // one row, dot scores
   // Every head's rows see the same keys or none does (RowKeys).
   const bool joint = !fused && JointRows(ops[0], tiles[0], rows);
+  static constexpr float kOnes[kRowPathMaxRows] = {1.0f, 1.0f, 1.0f, 1.0f};
   bool lead;
   const int64_t step = HeadsStep(ops, heads, fused, joint, &lead);
   const int64_t start =
@@ -216,14 +168,42 @@ inline void Flash<O>::RunRowsHeads(const Problem& p, const TileTask& task,
     each_piece(j0, j1, false, [&](const Operands& op, const Tile& tile,
                                   int64_t, int64_t r, int64_t lo, int64_t a,
                                   int64_t e) {
-      HeadPieceScores(p, op, tile, rows, r, lo, a, e);
+      if (r < 0) {
+        JointScoresOnly(op, tile, rows, op.k + a * op.k_st, e - a,
+                        tile.s_row + (a - lo), s_floats, nullptr);
+        return;
+      }
+      float* st = tile.s_row + r * s_floats + (a - lo);
+      if (fused) {
+        RowDotScoresLowPrecision(tile.q_rows + r * d, op.ksrc, a, d, e - a,
+                                 op.finish, st, nullptr);
+      } else {
+        RowScoresFor(p, op, tile.q_rows + r * d, op.k + a * op.k_st, e - a,
+                     st, nullptr);
+      }
     });
     HeadsProbabilities(p, tiles, heads, rows, j0, j1, task.key_end, alphas);
     each_piece(j0, j1, true, [&](const Operands& op, const Tile& tile,
                                  int64_t g, int64_t r, int64_t lo,
                                  int64_t a, int64_t e) {
-      HeadPieceOutput(p, op, tile, rows, r, lo, a, e,
-                      alphas + g * kRowPathMaxRows);
+      // The output's first piece of a block rescales by alpha, the
+      // others by 1 (exact).
+      const float* alpha_g = alphas + g * kRowPathMaxRows;
+      if (r < 0) {
+        JointOutput(p, op, tile, rows, tile.s_row + (a - lo),
+                    op.v + a * op.v_st, e - a, s_floats,
+                    a == lo ? alpha_g : kOnes);
+        return;
+      }
+      const float alpha = a == lo ? alpha_g[r] : 1.0f;
+      float* pr = tile.s_row + r * s_floats + (a - lo);
+      if (fused) {
+        RowOutputLowPrecision(pr, op.vsrc, a, dv, e - a, alpha,
+                              tile.o_rows + r * dv, nullptr);
+      } else {
+        RowOutput(pr, op.v + a * op.v_st, dv, op.v_st, e - a, alpha,
+                  tile.o_rows + r * dv);
+      }
     });
   }
   for (int64_t g = 0; g < heads; ++g) {

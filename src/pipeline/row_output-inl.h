@@ -16,16 +16,27 @@ namespace QKV_SIMD_NAMESPACE {
 
 // Online softmax of one row's block: st[0, nb) becomes probabilities
 // relative to the new running max; returns the rescale factor of the old
-// sum and output. st has room for nb rounded up to whole vectors.
+// sum and output. st has room for nb rounded up to whole vectors; the last
+// vector's lanes past nb are -inf in registers (their probabilities, 0,
+// are stored). (Stored as -inf first, they made the vector load that
+// followed wait for a scalar store: bench/README.md, "The row softmax's
+// last vector".)
 template <class O>
 inline float Flash<O>::RowSoftmaxBlock(float* __restrict st, int64_t nb,
                                        float* m, float* l) {
   const int64_t N = static_cast<int64_t>(O::Lanes());
-  const int64_t padded = (nb + N - 1) / N * N;
-  for (int64_t j = nb; j < padded; ++j) st[j] = -INFINITY;
-  V vmax = O::Set(-INFINITY);
-  for (int64_t j = 0; j < padded; j += N) {
+  const int64_t full = nb - nb % N;  // keys in whole vectors
+  const V neg_inf = O::Set(-INFINITY);
+  V vmax = neg_inf;
+  for (int64_t j = 0; j < full; j += N) {
     vmax = O::Max(vmax, O::Load(st + j));
+  }
+  V last = neg_inf;
+  if (full < nb) {
+    const auto valid = O::Lt(O::Load(kLaneIndex),
+                             O::Set(static_cast<float>(nb - full)));
+    last = O::IfThenElse(valid, O::Load(st + full), neg_inf);
+    vmax = O::Max(vmax, last);
   }
   const float block_max = O::ReduceMax(vmax);
   const float m_new = *m > block_max ? *m : block_max;
@@ -33,9 +44,14 @@ inline float Flash<O>::RowSoftmaxBlock(float* __restrict st, int64_t nb,
   const V vm = O::Set(m_use);
   const float alpha = O::First(ExpNonPositive(O::Set(*m - m_use)));
   V vsum = O::Zero();
-  for (int64_t j = 0; j < padded; j += N) {
+  for (int64_t j = 0; j < full; j += N) {
     const V e = ExpNonPositive(O::Sub(O::Load(st + j), vm));
     O::Store(e, st + j);
+    vsum = O::Add(vsum, e);
+  }
+  if (full < nb) {
+    const V e = ExpNonPositive(O::Sub(last, vm));
+    O::Store(e, st + full);
     vsum = O::Add(vsum, e);
   }
   *m = m_new;
