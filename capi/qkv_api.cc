@@ -338,22 +338,19 @@ int64_t WindowSide(int64_t side) {
   return side >= (int64_t{1} << 40) ? -1 : side;
 }
 
-// A descriptor's fields are read only where they lie wholly inside the
-// caller's struct_size `size` (QKV_HAS; QKV_READ gives 0 for the others).
-// The readers below share the names d, size, kFull (size == sizeof) and
-// kExplain / why (QKV_INVALID).
+// Validates the caller's descriptor `d` of struct_size `size` (not the data
+// pointers) into `plan`. A field is read only when it lies wholly inside
+// `size`; the others are at their defaults: scale 1/sqrt(head_dim), every
+// other field 0 or NULL. The descriptor is read where the caller keeps it,
+// through a pointer (a reference would let the compiler read past a shorter
+// descriptor). kFull: size == sizeof, every field is there. `why`: NULL, or
+// where to say why the descriptor is refused.
+template <bool kFull, bool kExplain>
+qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
+                    Why* why) {
 #define QKV_HAS(field) (kFull || QKV_FIELD_END(field) <= size)
 #define QKV_READ(field) (QKV_HAS(field) ? d->field : 0)
-// PlanFrom's parts, each called once: inlined, so that the size-optimized
-// boundary stays one function as it was (toolchains/footprint.sh:
-// bench/README.md, "Footprint").
-#define QKV_INLINE_ONCE inline __attribute__((always_inline))
-
-// The sizes: present (no defaults), positive (batch and lengths may be 0),
-// and q_heads a multiple of kv_heads; *group = q_heads / kv_heads.
-template <bool kFull, bool kExplain>
-QKV_INLINE_ONCE qkv_status CheckSizes(const qkv_attention_desc* d, size_t size,
-                                      int64_t* group, Why* why) {
+  // The sizes have no default: a descriptor without them is invalid.
   if (!QKV_HAS(value_dim)) {
     return QKV_INVALID(kWhyStructTooShort, nullptr,
                        static_cast<int64_t>(size),
@@ -378,20 +375,12 @@ QKV_INLINE_ONCE qkv_status CheckSizes(const qkv_attention_desc* d, size_t size,
   }
   // (A 64-bit division is tens of cycles, a good part of a tiny call: the
   // common MHA and MQA shapes skip it.)
-  *group = kv_heads == q_heads ? 1
-           : kv_heads == 1     ? q_heads
-                               : q_heads / kv_heads;
-  if (*group * kv_heads != q_heads) {
+  const int64_t group = kv_heads == q_heads ? 1
+                        : kv_heads == 1     ? q_heads
+                                            : q_heads / kv_heads;
+  if (group * kv_heads != q_heads) {
     return QKV_INVALID(kWhyGroup, nullptr, q_heads, kv_heads);
   }
-  return QKV_OK;
-}
-
-// The score kind, the mask bits and the scale (default 1/sqrt(head_dim)).
-template <bool kFull, bool kExplain>
-QKV_INLINE_ONCE qkv_status CheckScore(const qkv_attention_desc* d, size_t size,
-                                      int32_t* score_out, uint32_t* mask_out,
-                                      float* scale_out, Why* why) {
   // An out-of-range enum value is undefined behaviour to read as the enum in
   // C++, and that is exactly what a C caller may pass: read its bytes.
   int32_t score = QKV_SCORE_DOT;
@@ -406,34 +395,26 @@ QKV_INLINE_ONCE qkv_status CheckScore(const qkv_attention_desc* d, size_t size,
                                QKV_MASK_KV_START;
   const uint32_t mask = QKV_READ(mask);
   if ((mask & ~known_masks) != 0) return QKV_INVALID(kWhyMask, nullptr, mask);
-  const float scale = QKV_HAS(scale) ? d->scale : DefaultScale(d->head_dim);
+  const float scale = QKV_HAS(scale) ? d->scale : DefaultScale(head_dim);
   if (!isfinite(scale)) return QKV_INVALID_F(kWhyScale, "scale", 0, scale);
-  *score_out = score;
-  *mask_out = mask;
-  *scale_out = scale;
-  return QKV_OK;
-}
 
-// Every element count and byte count representable: q, k, v, out and
-// weights (the rows, lse, divide each).
-QKV_INLINE_ONCE bool CountsFit(const qkv_attention_desc* d) {
-  const int64_t batch = d->batch, q_heads = d->q_heads,
-                kv_heads = d->kv_heads, q_len = d->q_len, kv_len = d->kv_len;
-  return Count4(batch, q_heads, q_len, d->head_dim) &&
-         Count4(batch, kv_heads, kv_len, d->head_dim) &&
-         Count4(batch, kv_heads, kv_len, d->value_dim) &&
-         Count4(batch, q_heads, q_len, d->value_dim) &&
-         Count4(batch, q_heads, q_len, kv_len);
-}
+  // Every element count and byte count must be representable: q, k, v, out
+  // and weights (the rows, lse, divide each).
+  if (!Count4(batch, q_heads, q_len, head_dim) ||
+      !Count4(batch, kv_heads, kv_len, head_dim) ||
+      !Count4(batch, kv_heads, kv_len, value_dim) ||
+      !Count4(batch, q_heads, q_len, value_dim) ||
+      !Count4(batch, q_heads, q_len, kv_len)) {
+    return QKV_INVALID(kWhyTooLarge);
+  }
+  // Rows of k and of out (lse): no overflow, the counts above are larger.
+  const int64_t kv_rows = batch * kv_heads * kv_len;
+  const int64_t n_rows = batch * q_heads * q_len;
 
-// The Problem's sizes and score; every field that may stay unset at its
-// default. Optimizing for speed the fields are stored one by one (a memset
-// of the whole Problem was a sixth of a tiny call's boundary); for size one
-// memset is smaller.
-QKV_INLINE_ONCE void SetShape(const qkv_attention_desc* d, int64_t group,
-                              int32_t score, uint32_t mask, float scale,
-                              Problem* pp) {
-  Problem& p = *pp;
+  Problem& p = plan->problem;
+  // Every field is set here or below. Optimizing for speed the fields that
+  // may stay unset are stored one by one (a memset of the whole Problem was
+  // a sixth of a tiny call's boundary); for size one memset is smaller.
 #if defined(__OPTIMIZE_SIZE__)
   memset(&p, 0, sizeof(p));
 #endif
@@ -448,26 +429,18 @@ QKV_INLINE_ONCE void SetShape(const qkv_attention_desc* d, int64_t group,
   p.alibi_slopes = nullptr;
   p.sinks = nullptr;
   p.kv_start = nullptr;
-  p.batch = d->batch;
-  p.q_heads = d->q_heads;
-  p.kv_heads = d->kv_heads;
-  p.q_len = d->q_len;
-  p.kv_len = d->kv_len;
-  p.head_dim = d->head_dim;
-  p.value_dim = d->value_dim;
+  p.batch = batch;
+  p.q_heads = q_heads;
+  p.kv_heads = kv_heads;
+  p.q_len = q_len;
+  p.kv_len = kv_len;
+  p.head_dim = head_dim;
+  p.value_dim = value_dim;
   p.group = group;
   p.score = static_cast<qkv_score>(score);
   p.scale = scale;
   p.causal = (mask & QKV_MASK_CAUSAL) != 0;
-}
 
-// Valid lengths and the bias (their arrays and strides).
-template <bool kFull, bool kExplain>
-QKV_INLINE_ONCE qkv_status PlanMasks(const qkv_attention_desc* d, size_t size,
-                                     uint32_t mask, Problem* pp, Why* why) {
-  Problem& p = *pp;
-  const int64_t batch = p.batch, q_heads = p.q_heads, q_len = p.q_len,
-                kv_len = p.kv_len;
   if (mask & QKV_MASK_VALID_LENS) {
     const int32_t* valid_lens = QKV_READ(valid_lens);
     const bool per_query = QKV_READ(valid_lens_per_query) != 0;
@@ -513,49 +486,33 @@ QKV_INLINE_ONCE qkv_status PlanMasks(const qkv_attention_desc* d, size_t size,
     p.bias_batch_stride = batch_stride;
     p.bias_head_stride = head_stride;
   }
-  return QKV_OK;
-}
-
-// Additive scores' hidden size and weights.
-template <bool kFull, bool kExplain>
-QKV_INLINE_ONCE qkv_status PlanAdditive(const qkv_attention_desc* d,
-                                        size_t size, Problem* pp, Why* why) {
-  Problem& p = *pp;
-  const int64_t head_dim = p.head_dim, kv_len = p.kv_len;
-  // Rows of k and of out (lse): no overflow, CountsFit's counts are larger.
-  const int64_t kv_rows = p.batch * p.kv_heads * kv_len;
-  const int64_t n_rows = p.batch * p.q_heads * p.q_len;
-  const int64_t hidden = QKV_READ(additive_hidden);
-  const float* w_q = QKV_READ(additive_w_q);
-  const float* w_k = QKV_READ(additive_w_k);
-  const float* w_v = QKV_READ(additive_w_v);
-  if (hidden <= 0) return QKV_INVALID(kWhyAdditiveHidden, nullptr, hidden);
-  if (w_q == nullptr) return QKV_INVALID(kWhyNullArray, "additive_w_q");
-  if (w_k == nullptr) return QKV_INVALID(kWhyNullArray, "additive_w_k");
-  if (w_v == nullptr) return QKV_INVALID(kWhyNullArray, "additive_w_v");
-  if (!Addressable(Mul(hidden, head_dim)) ||
-      kv_len == INT64_MAX || !Addressable(Mul(hidden, kv_len + 1)) ||
-      !Addressable(Mul(kv_rows, hidden)) ||
-      !Addressable(Mul(n_rows, hidden))) {
-    return QKV_INVALID(kWhyTooLarge, "additive_hidden");
+  if (score == QKV_SCORE_ADDITIVE) {
+    const int64_t hidden = QKV_READ(additive_hidden);
+    const float* w_q = QKV_READ(additive_w_q);
+    const float* w_k = QKV_READ(additive_w_k);
+    const float* w_v = QKV_READ(additive_w_v);
+    if (hidden <= 0) return QKV_INVALID(kWhyAdditiveHidden, nullptr, hidden);
+    if (w_q == nullptr) return QKV_INVALID(kWhyNullArray, "additive_w_q");
+    if (w_k == nullptr) return QKV_INVALID(kWhyNullArray, "additive_w_k");
+    if (w_v == nullptr) return QKV_INVALID(kWhyNullArray, "additive_w_v");
+    if (!Addressable(Mul(hidden, head_dim)) ||
+        kv_len == INT64_MAX || !Addressable(Mul(hidden, kv_len + 1)) ||
+        !Addressable(Mul(kv_rows, hidden)) ||
+        !Addressable(Mul(n_rows, hidden))) {
+      return QKV_INVALID(kWhyTooLarge, "additive_hidden");
+    }
+    p.additive_hidden = hidden;
+    p.w_q = w_q;
+    p.w_k = w_k;
+    p.w_v = w_v;
   }
-  p.additive_hidden = hidden;
-  p.w_q = w_q;
-  p.w_k = w_k;
-  p.w_v = w_v;
-  return QKV_OK;
-}
+  const qkv_parallel_for_fn parallel_for = QKV_READ(parallel_for);
+  const size_t num_workers = QKV_READ(num_workers);
+  if (parallel_for != nullptr && num_workers == 0) {
+    return QKV_INVALID(kWhyWorkers);
+  }
 
-// 0.2: the K/V element type, the strides of q, k, v and out, and int8
-// caches' scales; *dtype_out the element type.
-template <bool kFull, bool kExplain>
-QKV_INLINE_ONCE qkv_status PlanLayouts(const qkv_attention_desc* d, size_t size,
-                                       Plan* plan, int32_t* dtype_out,
-                                       Why* why) {
-  Problem& p = plan->problem;
-  const int64_t batch = p.batch, q_heads = p.q_heads, kv_heads = p.kv_heads,
-                q_len = p.q_len, kv_len = p.kv_len, head_dim = p.head_dim,
-                value_dim = p.value_dim;
+  // ---- 0.2: element type, layouts, variants.
   int32_t dtype = QKV_DTYPE_F32;
   static_assert(sizeof(dtype) == sizeof(d->kv_dtype), "qkv_dtype is 32 bits");
   if (QKV_HAS(kv_dtype)) memcpy(&dtype, &d->kv_dtype, sizeof(dtype));
@@ -563,7 +520,6 @@ QKV_INLINE_ONCE qkv_status PlanLayouts(const qkv_attention_desc* d, size_t size,
     return QKV_INVALID(kWhyDtype, nullptr, dtype);
   }
   plan->kv_dtype = dtype;
-  *dtype_out = dtype;
   const qkv_strides zero = {0, 0, 0};
   qkv_status st;
   st = Strides<kExplain>(QKV_HAS(q_strides) ? d->q_strides : zero, batch, q_heads,
@@ -604,16 +560,6 @@ QKV_INLINE_ONCE qkv_status PlanLayouts(const qkv_attention_desc* d, size_t size,
                            &p.vsc_sb, &p.vsc_sh, &p.vsc_st, &plan->vsc_end, why);
     if (st != QKV_OK) return st;
   }
-  return QKV_OK;
-}
-
-// The window, ALiBi slopes, softcap, query positions, sinks and kv_start.
-template <bool kFull, bool kExplain>
-QKV_INLINE_ONCE qkv_status PlanVariants(const qkv_attention_desc* d,
-                                        size_t size, uint32_t mask, Problem* pp,
-                                        Why* why) {
-  Problem& p = *pp;
-  const int64_t batch = p.batch, q_heads = p.q_heads, kv_len = p.kv_len;
   if (mask & QKV_MASK_WINDOW) {
     p.window = true;
     p.window_left = WindowSide(QKV_READ(window_left));
@@ -656,19 +602,6 @@ QKV_INLINE_ONCE qkv_status PlanVariants(const qkv_attention_desc* d,
     p.kv_start = kv_start;
   }
 
-  return QKV_OK;
-}
-
-// The workers (checked by PlanFrom), then what is valid but not servable
-// here: unknown bytes past the descriptor this library knows, lengths past
-// 32 bits, element types compiled out.
-template <bool kFull, bool kExplain>
-QKV_INLINE_ONCE qkv_status PlanServes(const qkv_attention_desc* d, size_t size,
-                                      int32_t dtype, Plan* plan, Why* why) {
-  Problem& p = plan->problem;
-  const int64_t batch = p.batch, q_len = p.q_len, kv_len = p.kv_len;
-  const qkv_parallel_for_fn parallel_for = QKV_READ(parallel_for);
-  const size_t num_workers = QKV_READ(num_workers);
   plan->parallel_for = parallel_for;
   plan->parallel_ctx = QKV_READ(parallel_ctx);
   plan->workers = parallel_for != nullptr ? num_workers : 1;
@@ -697,56 +630,12 @@ QKV_INLINE_ONCE qkv_status PlanServes(const qkv_attention_desc* d, size_t size,
   if (!kKvTypes && dtype != QKV_DTYPE_F32) {
     return QKV_REFUSE(QKV_ERR_UNSUPPORTED, kWhyDtypeUnserved, nullptr, dtype);
   }
-  return QKV_OK;
-}
-
-// Validates the caller's descriptor `d` of struct_size `size` (not the data
-// pointers) into `plan`. A field is read only when it lies wholly inside
-// `size`; the others are at their defaults: scale 1/sqrt(head_dim), every
-// other field 0 or NULL. The descriptor is read where the caller keeps it,
-// through a pointer (a reference would let the compiler read past a shorter
-// descriptor). kFull: size == sizeof, every field is there. `why`: NULL, or
-// where to say why the descriptor is refused. The checks run in this order,
-// which decides the status of a descriptor with several faults.
-template <bool kFull, bool kExplain>
-qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
-                    Why* why) {
-  // (Initialized: GCC cannot see that a refusal is never QKV_OK.)
-  int64_t group = 1;
-  qkv_status st = CheckSizes<kFull, kExplain>(d, size, &group, why);
-  if (st != QKV_OK) return st;
-  int32_t score = QKV_SCORE_DOT;
-  uint32_t mask = 0;
-  float scale = 0.0f;
-  st = CheckScore<kFull, kExplain>(d, size, &score, &mask, &scale, why);
-  if (st != QKV_OK) return st;
-  if (!CountsFit(d)) return QKV_INVALID(kWhyTooLarge);
-  Problem* p = &plan->problem;
-  SetShape(d, group, score, mask, scale, p);
-  st = PlanMasks<kFull, kExplain>(d, size, mask, p, why);
-  if (st != QKV_OK) return st;
-  if (score == QKV_SCORE_ADDITIVE) {
-    st = PlanAdditive<kFull, kExplain>(d, size, p, why);
-    if (st != QKV_OK) return st;
-  }
-  if (QKV_READ(parallel_for) != nullptr && QKV_READ(num_workers) == 0) {
-    return QKV_INVALID(kWhyWorkers);
-  }
-  int32_t dtype = QKV_DTYPE_F32;
-  st = PlanLayouts<kFull, kExplain>(d, size, plan, &dtype, why);
-  if (st != QKV_OK) return st;
-  st = PlanVariants<kFull, kExplain>(d, size, mask, p, why);
-  if (st != QKV_OK) return st;
-  st = PlanServes<kFull, kExplain>(d, size, dtype, plan, why);
-  if (st != QKV_OK) return st;
   // MakePlan picks the engine for the backend, once this frame is gone.
   plan->backend = QKV_READ(backend);
   return QKV_OK;
-}
-
-#undef QKV_INLINE_ONCE
 #undef QKV_READ
 #undef QKV_HAS
+}
 
 // Picks the engine for plan->backend and sizes the workspace.
 template <bool kExplain>
