@@ -399,9 +399,9 @@ TEST_P(Bits, KeepsThePinnedBitsAndPaths) {
 }
 
 // Forces ForcedPath's bit for the scope (pipeline/paths.h), then none.
-struct ForcedPath {
-  explicit ForcedPath(uint32_t bit) { qkv::ForcePath(bit); }
-  ~ForcedPath() { qkv::ForcePath(0); }
+struct ForcePathScope {
+  explicit ForcePathScope(uint32_t bit) { qkv::ForcePath(bit); }
+  ~ForcePathScope() { qkv::ForcePath(0); }
 };
 
 // The row path's schedules compute the same bits (the pins count RunRowPhases
@@ -425,7 +425,7 @@ TEST_P(Bits, ForcedRowSchedulesKeepThePinnedBits) {
   for (const auto& f : kForced) {
     int took = 0;
     {
-      const ForcedPath force(f.bit);
+      const ForcePathScope force(f.bit);
       for (const BitsCase& c : kCases) {
         uint32_t traced = 0;
         const uint64_t h = RunCase(c, backend, &traced);

@@ -143,11 +143,7 @@ struct Flash {
     int64_t w_lo, w_hi;  // weights[w_lo, w_hi) hold raw scores
   };
 
-  // How RunRows walks a task's rows (PlanRows, path_rows-inl.h): K and V
-  // prefetched in software; low-precision keys (scores) and values
-  // (output) read fused; rows scored jointly; the next block's keys
-  // prefetched during the values, or by the hardware alone; prefetches
-  // past the split's end.
+  // How RunRows walks a task's rows: PlanRows (path_rows-inl.h) says.
   struct RowsPlan {
     bool prefetch, fused_k, fused_v, joint, keys_late, hardware_keys;
     bool keys_past_split;
@@ -183,9 +179,7 @@ struct Flash {
   };
 
   // Keys per score step of R rows on the row path (R x U accumulators):
-  // 4, or 2 for 3 and 4 rows on 16-register targets. (One row, RowScores,
-  // takes 4 keys: 8 measured 1.23-1.30x slower on S1 decoding from DRAM,
-  // the prefetch steps then leaving two at a time.)
+  // 4, or 2 for 3 and 4 rows on 16-register targets (bench/README.md).
   template <int R>
   static constexpr int RowUnroll() {
     return O::kUnroll >= 8 || R <= 2 ? 4 : 2;
