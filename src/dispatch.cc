@@ -123,9 +123,10 @@ const Engine* EngineAt(size_t index) {
 const Engine* DefaultEngineFor(const Problem& p) {
   const EngineList& list = Engines();
   // Measured on Sapphire Rapids (AVX-512, AVX2 and SSE4 alike): for additive
-  // scores the xsimd engine is 2-2.6x faster than the Highway one, its tanh
-  // being cheaper than Highway's contrib Tanh; elsewhere the two are level
-  // and the list's order (Highway first) stands.
+  // scores the xsimd engine is well ahead of the Highway one, its tanh being
+  // cheaper than Highway's contrib Tanh; elsewhere the two are level and the
+  // list's order (Highway first) stands
+  // (bench/README.md, "Measurements: Zen 5 VM, 2026-11-23").
   if (p.score == QKV_SCORE_ADDITIVE && !list.forced) {
     for (size_t i = 0; i < list.count; ++i) {
       if (strncmp(list.engines[i]->name, "xsimd:", 6) == 0 &&

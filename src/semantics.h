@@ -134,15 +134,26 @@ inline KvSource ValueSource(const Problem& p, int64_t b, int64_t kvh) {
                   p.vsc_sb, p.vsc_sh, p.vsc_st, b, kvh);
 }
 
+// The one address of a K/V row and of its scale: every engine reads row j
+// of a source at KvRowAt(s, j) and its I8 scale at KvScalesAt(s, j)[0]; rows
+// [j, j + n) of a block are row_bytes apart (scales scale_st apart).
+inline const unsigned char* KvRowAt(const KvSource& s, int64_t j) {
+  return s.base + j * s.row_bytes;
+}
+
+inline const float* KvScalesAt(const KvSource& s, int64_t j) {
+  return s.scales + j * s.scale_st;
+}
+
 // Row j's I8 scale (1 for the other types).
 inline float RowScale(const KvSource& s, int64_t j) {
-  return s.dtype == QKV_DTYPE_I8 ? s.scales[j * s.scale_st] : 1.0f;
+  return s.dtype == QKV_DTYPE_I8 ? KvScalesAt(s, j)[0] : 1.0f;
 }
 
 // Element c of row j, dequantized: F32 as stored, F16 and BF16 widened
 // exactly, I8 scale * q (one f32 rounding).
 inline float KvElement(const KvSource& s, int64_t j, int64_t c) {
-  const unsigned char* row = s.base + j * s.row_bytes;
+  const unsigned char* row = KvRowAt(s, j);
   switch (s.dtype) {
     case QKV_DTYPE_F16: {
       uint16_t h;
@@ -155,7 +166,7 @@ inline float KvElement(const KvSource& s, int64_t j, int64_t c) {
       return BF16ToF32(h);
     }
     case QKV_DTYPE_I8:
-      return s.scales[j * s.scale_st] *
+      return KvScalesAt(s, j)[0] *
              static_cast<float>(reinterpret_cast<const int8_t*>(row)[c]);
     default: {
       float f;

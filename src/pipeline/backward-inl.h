@@ -141,23 +141,28 @@ struct Backward : BackwardKernels<O> {
     }
   }
 
+  // Row j of f32 K or V (p.k_st or p.v_st floats apart): KvRowAt's address.
+  static const float* F32Row(const KvSource& s, int64_t j) {
+    return reinterpret_cast<const float*>(KvRowAt(s, j));
+  }
+
   // Block [j0, j0 + nb)'s keys padded (rows and columns) into kb, K^T into
   // kt and V^T into vt; its d_k and d_v accumulators zeroed.
-  static void LoadBlock(const Problem& p, const float* keys,
-                        const float* values, int64_t j0, int64_t nb,
+  static void LoadBlock(const Problem& p, const KvSource& keys,
+                        const KvSource& values, int64_t j0, int64_t nb,
                         const Layout& l, float* kb, float* kt, float* vt,
                         float* dkb, float* dvb) {
     const int64_t d = p.head_dim, dv = p.value_dim, bk = l.bk, dp = l.dp;
     for (int64_t j = 0; j < bk; ++j) {
       float* dst = kb + j * dp;
       if (j < nb) {
-        CopyPadded(keys + (j0 + j) * p.k_st, d, dp, dst);
+        CopyPadded(F32Row(keys, j0 + j), d, dp, dst);
       } else {
         for (int64_t c = 0; c < dp; ++c) dst[c] = 0.0f;
       }
     }
     TransposeInto(kb, dp, bk, bk, d, kt);
-    TransposeInto(values + j0 * p.v_st, p.v_st, nb, bk, dv, vt);
+    TransposeInto(F32Row(values, j0), p.v_st, nb, bk, dv, vt);
     for (int64_t t = 0; t < bk * dp; ++t) dkb[t] = 0.0f;
     for (int64_t t = 0; t < bk * l.dvp; ++t) dvb[t] = 0.0f;
   }
@@ -222,8 +227,8 @@ struct Backward : BackwardKernels<O> {
     int64_t union_lo, union_hi;
     SetUpRows(p, g, b, kvh, l, row_lo, row_hi, lse, dvec, dq, &union_lo,
               &union_hi);
-    const float* keys = KeysOf(p, b, kvh);
-    const float* values = ValuesOf(p, b, kvh);
+    const KvSource keys = KeySource(p, b, kvh);
+    const KvSource values = ValueSource(p, b, kvh);
 
     for (int64_t j0 = 0; j0 < lk; j0 += bk) {
       const int64_t nb = lk - j0 < bk ? lk - j0 : bk;

@@ -1,19 +1,7 @@
 // The pipeline (Flash<O>, src/pipeline/flash-inl.h): building blocks for tests:
 // exp, tanh, transposes, lane sums, the epilogue and the finisher on one block
-// (PipelineBlocks, src/engine.h). Included by flash-inl.h after the struct;
-// per-target include guard.
-#if defined(QKV_PIPELINE_BLOCKS_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef QKV_PIPELINE_BLOCKS_INL_H_
-#undef QKV_PIPELINE_BLOCKS_INL_H_
-#else
-#define QKV_PIPELINE_BLOCKS_INL_H_
-#endif
-
-#ifdef HWY_BEFORE_NAMESPACE
-HWY_BEFORE_NAMESPACE();
-#endif
-namespace qkv {
-namespace QKV_SIMD_NAMESPACE {
+// (PipelineBlocks, src/engine.h). Included by flash-inl.h inside its per-target
+// namespace, after the struct.
 
 template <class O>
 inline void Flash<O>::BlockExp(const float* x, float* y, size_t n) {
@@ -144,11 +132,3 @@ inline void Flash<O>::BlockFinishRow(const Problem& p, int64_t row, float m,
 
 template <class O>
 inline size_t Flash<O>::LanesOf() { return O::Lanes(); }
-
-}  // namespace QKV_SIMD_NAMESPACE
-}  // namespace qkv
-#ifdef HWY_AFTER_NAMESPACE
-HWY_AFTER_NAMESPACE();
-#endif
-
-#endif  // per-target include guard

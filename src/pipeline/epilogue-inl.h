@@ -1,18 +1,6 @@
 // The pipeline (Flash<O>, src/pipeline/flash-inl.h): the block epilogue: bias,
 // softcap, ALiBi and the rows' key intervals on a block of scores. Included by
-// flash-inl.h after the struct; per-target include guard.
-#if defined(QKV_PIPELINE_EPILOGUE_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef QKV_PIPELINE_EPILOGUE_INL_H_
-#undef QKV_PIPELINE_EPILOGUE_INL_H_
-#else
-#define QKV_PIPELINE_EPILOGUE_INL_H_
-#endif
-
-#ifdef HWY_BEFORE_NAMESPACE
-HWY_BEFORE_NAMESPACE();
-#endif
-namespace qkv {
-namespace QKV_SIMD_NAMESPACE {
+// flash-inl.h inside its per-target namespace, after the struct.
 
 // The block's epilogue, in semantics.h's order and only where needed:
 // softcap, each row's bias, ALiBi, then the rows' key intervals (keys
@@ -106,11 +94,3 @@ inline typename Flash<O>::EpilogueTerms Flash<O>::TermsOf(const Problem& p) {
   terms.alibi = p.alibi_slopes != nullptr;
   return terms;
 }
-
-}  // namespace QKV_SIMD_NAMESPACE
-}  // namespace qkv
-#ifdef HWY_AFTER_NAMESPACE
-HWY_AFTER_NAMESPACE();
-#endif
-
-#endif  // per-target include guard

@@ -1,19 +1,7 @@
 // The pipeline (Flash<O>, src/pipeline/flash-inl.h): the row finisher: out = o
 // / l, lse = m + log(l) and the weights normalized from their raw scores, for
-// every path. Included by flash-inl.h after the struct; per-target include
-// guard.
-#if defined(QKV_PIPELINE_FINISH_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef QKV_PIPELINE_FINISH_INL_H_
-#undef QKV_PIPELINE_FINISH_INL_H_
-#else
-#define QKV_PIPELINE_FINISH_INL_H_
-#endif
-
-#ifdef HWY_BEFORE_NAMESPACE
-HWY_BEFORE_NAMESPACE();
-#endif
-namespace qkv {
-namespace QKV_SIMD_NAMESPACE {
+// every path. Included by flash-inl.h inside its per-target namespace, after
+// the struct.
 
 // w[j] = exp(w[j] - m) * inv_l for j < n, in place (raw scores to
 // weights).
@@ -133,11 +121,3 @@ inline void Flash<O>::FinishTile(const Problem& p, const Tile& tile,
     FinishRow(p, s, tile.tail);
   }
 }
-
-}  // namespace QKV_SIMD_NAMESPACE
-}  // namespace qkv
-#ifdef HWY_AFTER_NAMESPACE
-HWY_AFTER_NAMESPACE();
-#endif
-
-#endif  // per-target include guard

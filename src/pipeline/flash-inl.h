@@ -6,10 +6,13 @@
 // shared between objects built for different instruction sets.
 //
 // This file declares Flash<O>'s members; their definitions are in files of
-// one concern each, included at the end, in the order of the stages:
+// one concern each, included at the end inside this file's per-target
+// namespace, in the order of the stages:
 //   K/V source   kv_source-inl.h: the (batch, kv head)'s key and value rows
 //                as blocks of f32 rows (dense f32 read in place, additive
-//                scores read projections). Operands: pipeline/operands.h.
+//                scores read projections), every row at KvRowAt's address
+//                (src/semantics.h). Operands: pipeline/operands.h; the
+//                element types' traits: kv_types-inl.h (before the struct).
 //   scores       tile_scores-inl.h: rows in lanes (tile path: R = RV * N
 //                query rows of one kv head's GQA group, queries packed
 //                transposed, keys broadcast); row_scores-inl.h: keys or
@@ -28,10 +31,11 @@
 //   finisher     finish-inl.h: out = o / l, lse = m + log(l), weights
 //                normalized from the raw scores, for every path.
 // The paths, one file each (path_*-inl.h), run those stages over a task's
-// rows; entry-inl.h divides a call into tasks (pipeline/tasks.h), sizes
-// their workspace (pipeline/workspace.h) and switches once on the path a
-// task takes (pipeline/paths.h). math-inl.h holds exp and tanh,
-// blocks-inl.h the building blocks the unit tests call.
+// rows. plan-inl.h makes every choice (a call's plan, each task's path);
+// entry-inl.h divides a call into tasks (pipeline/tasks.h), sizes their
+// workspace (pipeline/workspace.h) and switches once on the plan's path
+// (pipeline/paths.h). math-inl.h holds exp and tanh, blocks-inl.h the
+// building blocks the unit tests call.
 //
 // exp is ExpNonPositive (max error 1.03 ulp on [-87, 0] with FMA, 0 below
 // -87): its argument here is always <= 0 or -inf.
@@ -101,6 +105,9 @@ namespace QKV_SIMD_NAMESPACE {
   QKV_ROWS4(X, 0) QKV_ROWS4(X, 1) QKV_ROWS4(X, 2) QKV_ROWS4(X, 3) \
   QKV_ROWS4(X, 4) QKV_ROWS4(X, 5) QKV_ROWS4(X, 6) QKV_ROWS4(X, 7)
 
+// The K/V element types' traits (a fragment of this namespace).
+#include "pipeline/kv_types-inl.h"
+
 template <class O>
 struct Flash {
   using Ops = O;
@@ -143,40 +150,32 @@ struct Flash {
     int64_t w_lo, w_hi;  // weights[w_lo, w_hi) hold raw scores
   };
 
-  // How RunRows walks a task's rows: PlanRows (path_rows-inl.h) says.
+  // A call's plan (PlanCall, plan-inl.h): the path of its tasks (kPathTile2:
+  // tiles, each task's width its own, TaskPath), the rows of a tile task
+  // (a tile or a group of them) and the key splits of a pipelined task.
+  struct CallPlan {
+    PathBit path;
+    size_t task_rows;
+    int64_t splits_per_task;
+  };
+
+  // How RunRows walks a task's rows: PlanRows (plan-inl.h) says.
   struct RowsPlan {
     bool prefetch, fused_k, fused_v, joint, keys_late, hardware_keys;
     bool keys_past_split;
   };
 
-  // Row readers: the keys and values of the row path as rows of T, vector
-  // loads widened to f32 and scalar decoding for the tails. F32Rows for the
-  // f32 rows in place or dequantized by the block source; a single
-  // decoding row (the memory-bound case) reads F16, BF16 and I8 rows
-  // converting in registers instead of dequantizing each block into the
-  // workspace and reading it back (the fused path). I8 rows are read
-  // unscaled; the row's scale multiplies its finished score (keys) or its
-  // probability (values).
-  struct F32Rows {
-    using T = float;
-    static QKV_FLASH_INLINE V Load(const T* p) { return O::LoadU(p); }
-    static float At(const T* p, int64_t c) { return p[c]; }
-  };
-  struct F16Rows {
-    using T = uint16_t;
-    static QKV_FLASH_INLINE V Load(const T* p) { return O::LoadF16(p); }
-    static float At(const T* p, int64_t c) { return F16ToF32(p[c]); }
-  };
-  struct BF16Rows {
-    using T = uint16_t;
-    static QKV_FLASH_INLINE V Load(const T* p) { return O::LoadBF16(p); }
-    static float At(const T* p, int64_t c) { return BF16ToF32(p[c]); }
-  };
-  struct I8Rows {
-    using T = int8_t;
-    static QKV_FLASH_INLINE V Load(const T* p) { return O::LoadI8(p); }
-    static float At(const T* p, int64_t c) { return static_cast<float>(p[c]); }
-  };
+  // Row readers: the keys and values of the row path as rows of an element
+  // type (pipeline/kv_types-inl.h). F32Rows for the f32 rows in place or
+  // dequantized by the block source; a single decoding row (the
+  // memory-bound case) reads F16, BF16 and I8 rows converting in registers
+  // instead of dequantizing each block into the workspace and reading it
+  // back (the fused path). I8 rows are read unscaled; the row's scale
+  // multiplies its finished score (keys) or its probability (values).
+  using F32Rows = KvType<O, QKV_DTYPE_F32>;
+  using F16Rows = KvType<O, QKV_DTYPE_F16>;
+  using BF16Rows = KvType<O, QKV_DTYPE_BF16>;
+  using I8Rows = KvType<O, QKV_DTYPE_I8>;
 
   // Keys per score step of R rows on the row path (R x U accumulators):
   // 4, or 2 for 3 and 4 rows on 16-register targets (bench/README.md).
@@ -185,22 +184,10 @@ struct Flash {
     return O::kUnroll >= 8 || R <= 2 ? 4 : 2;
   }
 
-  // Where RowScores streams its keys from memory (pf given: the first row
-  // of a block on the row path) it reads a step's 4 keys one after the
-  // other (the same bits as interleaved), for the hardware prefetchers'
-  // one stream; from cache the interleaved order loads each query vector
-  // once for 4 keys. x86 only, f32 everywhere and f16/bf16 at 16 lanes:
-  // S1 decoding from DRAM on Zen 4 and instructions per pair on AArch64
-  // (bench/README.md, "Keys read in order for the hardware prefetchers").
+  // Where RowScores streams its keys from memory, whether it reads a
+  // step's keys one after the other (plan-inl.h).
   template <class E>
-  static constexpr bool KeyMajorScores() {
-#if defined(__x86_64__) || defined(__i386__)
-    return std::is_same<E, F32Rows>::value ||
-           (O::kTransposeLanes == 16 && !std::is_same<E, I8Rows>::value);
-#else
-    return false;
-#endif
-  }
+  static constexpr bool KeyMajorScores();
 
   // Value vectors per output step of R rows (R x U accumulators, R
   // broadcasts and a value vector in registers).
@@ -239,6 +226,10 @@ struct Flash {
 
   // Scratch for a vector of any target (SVE up to 2048 bits).
   static constexpr size_t kMaxLanes = 64;
+  // The tiny path (kv_len <= lanes) and interleaved heads (kv_len >
+  // kBlockKeys) exclude each other: PlanCall may test either first.
+  static_assert(kMaxLanes <= static_cast<size_t>(kBlockKeys),
+                "the tiny path and interleaved heads would overlap");
 
   // math-inl.h: vector math: softmax's exp (ExpNonPositive) and the softcap's
   // tanh.
@@ -251,11 +242,13 @@ struct Flash {
 
   // kv_source-inl.h: the K/V block source: key and value rows of any element
   // type as blocks of f32 rows.
-  template <int kType>
+  template <class E>
   static void DequantizeRowsOf(const KvSource& s, int64_t j0, int64_t nb,
                                int64_t n, float* __restrict dst);
   static void DequantizeRows(const KvSource& s, int64_t j0, int64_t nb,
                              int64_t n, float* __restrict dst);
+  static const float* KeysInPlace(const Operands& op, int64_t j);
+  static const float* ValuesInPlace(const Operands& op, int64_t j);
   static const float* KeyBlock(const Operands& op, int64_t j0, int64_t nb,
                                float* kblk);
   static const float* ValueBlock(const Operands& op, int64_t dv, int64_t j0,
@@ -416,6 +409,26 @@ struct Flash {
                                     int64_t dv, int64_t nb, float alpha,
                                     float* o, PrefetchStream* pk);
 
+  // plan-inl.h: every choice: the call's plan, each task's path, the row
+  // and interleaved-heads paths' plans.
+  static CallPlan PlanCall(const Problem& p);
+  static PathBit RowSchedule(const Problem& p);
+  static PathBit TaskPath(const CallPlan& c, const Problem& p,
+                          const Operands& op, const TileTask& t);
+  static bool DecodesRows8(const Problem& p);
+  static bool RowInPhases(const Problem& p);
+  static bool PipelinesInt8(const Problem& p);
+  static bool RowPipelined(const Problem& p);
+  static bool DecodesPipelined(const Problem& p);
+  static int64_t SplitsPerTask(const Problem& p);
+  static bool ScoresRows8(const Operands& op);
+  static bool JointRows(const Operands& op, const Tile& tile, int64_t rows);
+  static QKV_FLASH_INLINE RowsPlan PlanRows(const Problem& p,
+                                            const Operands& op,
+                                            const Tile& tile, int64_t rows);
+  static QKV_FLASH_INLINE int64_t HeadsStep(const Operands* ops, int64_t heads,
+                                            bool fused, bool joint, bool* lead);
+
   // path_tile-inl.h: the tile path: a tile of query rows of one kv head's GQA
   // group over its keys, groups of tiles sharing K/V blocks, and tiles at 8
   // lanes on wider targets.
@@ -457,8 +470,6 @@ struct Flash {
                                                  float* st);
   static void FinishRows(const Problem& p, const TileTask& task,
                          const unsigned char* shared, const Tile& tile);
-  static bool ScoresRows8(const Operands& op);
-  static bool JointRows(const Operands& op, const Tile& tile, int64_t rows);
   static void JointScoresOnly(const Operands& op, const Tile& tile,
                               int64_t rows, const float* k, int64_t nb,
                               float* st, int64_t s_stride, BlockPrefetch* pf);
@@ -475,9 +486,6 @@ struct Flash {
                                               int64_t j0, int64_t j1,
                                               int64_t end, int64_t* lo,
                                               int64_t* hi);
-  static QKV_FLASH_INLINE RowsPlan PlanRows(const Problem& p,
-                                            const Operands& op,
-                                            const Tile& tile, int64_t rows);
   static void RunRows(const Problem& p, const Operands& op,
                       const TileTask& task, const unsigned char* shared,
                       const Tile& tile);
@@ -485,25 +493,18 @@ struct Flash {
   // path_phases-inl.h: the row path in phases: the scores of several key
   // blocks, then their outputs, the values waiting in L2.
   static int64_t PhaseBlocks(int64_t dv);
-  static bool RowInPhases(const Problem& p, const Operands& op,
-                          const TileTask& task);
   __attribute__((noinline)) static void RunRowPhases(
       const Problem& p, const Operands& op, const TileTask& task,
       const unsigned char* shared, const Tile& tile);
 
   // path_pipelined-inl.h: the pipelined int8 row path: a decoding row's scores
   // of a block interleaved with the output of the block before.
-  static bool PipelinesInt8(const Problem& p);
-  static bool RowPipelined(const Problem& p, const TileTask& task);
-  static bool DecodesPipelined(const Problem& p);
   __attribute__((noinline)) static void RunRowPipelined(
       const Problem& p, const Operands& op, const TileTask& task,
       const unsigned char* shared, const Tile& tile);
 
   // path_heads-inl.h: the interleaved-heads path: decoding rows of several kv
   // heads in one task.
-  static QKV_FLASH_INLINE int64_t HeadsStep(const Operands* ops, int64_t heads,
-                                            bool fused, bool joint, bool* lead);
   static QKV_FLASH_INLINE void PrefetchPiece(const Operands& op, bool values,
                                              int64_t n, int64_t sa, int64_t ea);
   static QKV_FLASH_INLINE void HeadsProbabilities(
@@ -528,17 +529,12 @@ struct Flash {
 
   // entry-inl.h: the engine entry: how a call divides into tasks, each worker's
   // workspace, and the one switch on the path a task takes (TaskPath, RunTask).
-  static int64_t SplitsPerTask(const Problem& p);
-  static TileTask TaskAt(const Problem& p, size_t task);
   static bool Supports(const Problem&);
   static void Prepare(const Problem& p, unsigned char* shared);
   static size_t TileRows();
-  static size_t TaskRows(const Problem& p);
   static size_t NumTasks(const Problem& p);
   static size_t WorkspacePerWorker(const Problem& p);
-  static PathBit ForcedRowPath(const Operands& op, const TileTask& t);
-  static PathBit TaskPath(const Problem& p, const Operands& op,
-                          const TileTask& t);
+  static TileTask TaskAt(const Problem& p, const CallPlan& c, size_t task);
   static void RunTask(const Problem& p, size_t task,
                       const unsigned char* shared, unsigned char* workspace);
 
@@ -569,12 +565,9 @@ struct Flash {
   }
 };
 
-}  // namespace QKV_SIMD_NAMESPACE
-}  // namespace qkv
-#ifdef HWY_AFTER_NAMESPACE
-HWY_AFTER_NAMESPACE();
-#endif
-
+// The definitions, one concern a file: fragments of this namespace, not
+// headers of their own.
+#include "pipeline/plan-inl.h"
 #include "pipeline/math-inl.h"
 #include "pipeline/kv_source-inl.h"
 #include "pipeline/tile_scores-inl.h"
@@ -591,6 +584,12 @@ HWY_AFTER_NAMESPACE();
 #include "pipeline/path_tiny-inl.h"
 #include "pipeline/entry-inl.h"
 #include "pipeline/blocks-inl.h"
+
+}  // namespace QKV_SIMD_NAMESPACE
+}  // namespace qkv
+#ifdef HWY_AFTER_NAMESPACE
+HWY_AFTER_NAMESPACE();
+#endif
 
 #undef QKV_UNROLL8
 #undef QKV_FLASH_INLINE

@@ -1,44 +1,28 @@
 // The pipeline (Flash<O>, src/pipeline/flash-inl.h): the K/V block source: key
-// and value rows of any element type as blocks of f32 rows. Included by flash-
-// inl.h after the struct; per-target include guard.
-#if defined(QKV_PIPELINE_KV_SOURCE_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef QKV_PIPELINE_KV_SOURCE_INL_H_
-#undef QKV_PIPELINE_KV_SOURCE_INL_H_
-#else
-#define QKV_PIPELINE_KV_SOURCE_INL_H_
-#endif
-
-#ifdef HWY_BEFORE_NAMESPACE
-HWY_BEFORE_NAMESPACE();
-#endif
-namespace qkv {
-namespace QKV_SIMD_NAMESPACE {
+// and value rows of any element type as blocks of f32 rows. Included by
+// flash-inl.h inside its per-target namespace, after the struct.
 
 // Rows [j0, j0 + nb) of a low-precision K or V dequantized into dst, n
 // floats each, dense: F16 and BF16 widened exactly, I8 times its row's
 // scale (one f32 rounding), as semantics.h's KvElement.
 template <class O>
-template <int kType>
+template <class E>
 inline void Flash<O>::DequantizeRowsOf(const KvSource& s, int64_t j0,
                                        int64_t nb, int64_t n,
                                        float* __restrict dst) {
+  using T = typename E::T;
   const int64_t N = static_cast<int64_t>(O::Lanes());
   for (int64_t j = 0; j < nb; ++j) {
-    const unsigned char* row = s.base + (j0 + j) * s.row_bytes;
+    const T* row = reinterpret_cast<const T*>(KvRowAt(s, j0 + j));
     float* __restrict d = dst + j * n;
     int64_t c = 0;
-    if (kType == QKV_DTYPE_F16) {
-      const uint16_t* h = reinterpret_cast<const uint16_t*>(row);
-      for (; c + N <= n; c += N) O::StoreU(O::LoadF16(h + c), d + c);
-    } else if (kType == QKV_DTYPE_BF16) {
-      const uint16_t* h = reinterpret_cast<const uint16_t*>(row);
-      for (; c + N <= n; c += N) O::StoreU(O::LoadBF16(h + c), d + c);
-    } else {
-      const int8_t* q = reinterpret_cast<const int8_t*>(row);
-      const V scale = O::Set(s.scales[(j0 + j) * s.scale_st]);
+    if (E::kScaled) {
+      const V scale = O::Set(KvScalesAt(s, j0 + j)[0]);
       for (; c + N <= n; c += N) {
-        O::StoreU(O::Mul(O::LoadI8(q + c), scale), d + c);
+        O::StoreU(O::Mul(E::Load(row + c), scale), d + c);
       }
+    } else {
+      for (; c + N <= n; c += N) O::StoreU(E::Load(row + c), d + c);
     }
     for (; c < n; ++c) d[c] = KvElement(s, j0 + j, c);
   }
@@ -47,14 +31,21 @@ inline void Flash<O>::DequantizeRowsOf(const KvSource& s, int64_t j0,
 template <class O>
 inline void Flash<O>::DequantizeRows(const KvSource& s, int64_t j0, int64_t nb,
                                      int64_t n, float* __restrict dst) {
-  switch (s.dtype) {
-    case QKV_DTYPE_F16:
-      return DequantizeRowsOf<QKV_DTYPE_F16>(s, j0, nb, n, dst);
-    case QKV_DTYPE_BF16:
-      return DequantizeRowsOf<QKV_DTYPE_BF16>(s, j0, nb, n, dst);
-    default:
-      return DequantizeRowsOf<QKV_DTYPE_I8>(s, j0, nb, n, dst);
-  }
+  OnKvType<O>(s.dtype, [&](auto e) {
+    DequantizeRowsOf<decltype(e)>(s, j0, nb, n, dst);
+  });
+}
+
+// f32 key (value) rows in place from row j on, op.k_st (op.v_st) floats
+// apart: KvRowAt's address.
+template <class O>
+inline const float* Flash<O>::KeysInPlace(const Operands& op, int64_t j) {
+  return reinterpret_cast<const float*>(KvRowAt(op.ksrc, j));
+}
+
+template <class O>
+inline const float* Flash<O>::ValuesInPlace(const Operands& op, int64_t j) {
+  return reinterpret_cast<const float*>(KvRowAt(op.vsrc, j));
 }
 
 // Key rows [j0, j0 + nb) as the score kernels read them (op.k_st apart):
@@ -62,7 +53,7 @@ inline void Flash<O>::DequantizeRows(const KvSource& s, int64_t j0, int64_t nb,
 template <class O>
 inline const float* Flash<O>::KeyBlock(const Operands& op, int64_t j0,
                                        int64_t nb, float* kblk) {
-  if (!op.convert_k) return op.k + j0 * op.k_st;
+  if (!op.convert_k) return KeysInPlace(op, j0);
   DequantizeRows(op.ksrc, j0, nb, op.dim, kblk);
   return kblk;
 }
@@ -71,15 +62,7 @@ inline const float* Flash<O>::KeyBlock(const Operands& op, int64_t j0,
 template <class O>
 inline const float* Flash<O>::ValueBlock(const Operands& op, int64_t dv,
                                          int64_t j0, int64_t nb, float* vblk) {
-  if (!op.convert_v) return op.v + j0 * op.v_st;
+  if (!op.convert_v) return ValuesInPlace(op, j0);
   DequantizeRows(op.vsrc, j0, nb, dv, vblk);
   return vblk;
 }
-
-}  // namespace QKV_SIMD_NAMESPACE
-}  // namespace qkv
-#ifdef HWY_AFTER_NAMESPACE
-HWY_AFTER_NAMESPACE();
-#endif
-
-#endif  // per-target include guard

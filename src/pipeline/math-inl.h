@@ -1,18 +1,6 @@
 // The pipeline (Flash<O>, src/pipeline/flash-inl.h): vector math: softmax's exp
-// (ExpNonPositive) and the softcap's tanh. Included by flash-inl.h after the
-// struct; per-target include guard.
-#if defined(QKV_PIPELINE_MATH_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef QKV_PIPELINE_MATH_INL_H_
-#undef QKV_PIPELINE_MATH_INL_H_
-#else
-#define QKV_PIPELINE_MATH_INL_H_
-#endif
-
-#ifdef HWY_BEFORE_NAMESPACE
-HWY_BEFORE_NAMESPACE();
-#endif
-namespace qkv {
-namespace QKV_SIMD_NAMESPACE {
+// (ExpNonPositive) and the softcap's tanh. Included by flash-inl.h inside its
+// per-target namespace, after the struct.
 
 // exp(x) for the arguments softmax has here: x <= 0, or -inf. Results
 // below FLT_MIN (x < -87) are flushed to 0: those terms are under 1e-38 of
@@ -105,11 +93,3 @@ QKV_FLASH_INLINE typename Flash<O>::V Flash<O>::Softcapped(V s, V cap,
 // |x|.
 template <class O>
 QKV_FLASH_INLINE typename Flash<O>::V Flash<O>::Abs(V x) { return O::Max(x, O::Sub(O::Zero(), x)); }
-
-}  // namespace QKV_SIMD_NAMESPACE
-}  // namespace qkv
-#ifdef HWY_AFTER_NAMESPACE
-HWY_AFTER_NAMESPACE();
-#endif
-
-#endif  // per-target include guard

@@ -61,17 +61,15 @@ inline int64_t ScoreDim(const Problem& p) {
 struct Operands {
   const float* q;  // queries, not yet scaled: (b, h, i) at
   int64_t q_sb, q_sh, q_st;  //   q + b * q_sb + h * q_sh + i * q_st
-  const float* k;  // the kv head's keys: key j at k + j * k_st
-  int64_t k_st;
-  const float* v;  // the kv head's values: value j at v + j * v_st
-  int64_t v_st;
+  int64_t k_st;    // floats between the rows of a key block (KeyBlock)
+  int64_t v_st;    // and of a value block (ValueBlock)
   int64_t dim;     // head_dim, or additive_hidden for kAdditive
   float q_scale;   // applied when packing queries (kDot folds scale in here)
   float finish;    // applied to finished scores (kGaussian: -scale,
                    // kDotScaled: scale, else 1)
   int kind;
-  // The rows as stored, for conversion and prefetching: K (or the additive
-  // projections) and V.
+  // The rows as stored, read through KvRowAt (src/semantics.h): K (or the
+  // additive projections) and V.
   KvSource ksrc, vsrc;
   bool convert_k, convert_v;  // not f32 in memory: dequantize per block
 };
@@ -106,7 +104,6 @@ inline Operands OperandsFor(const Problem& p, const unsigned char* shared,
   const bool f32 = p.kv_dtype == QKV_DTYPE_F32;
   o.vsrc = ValueSource(p, b, kvh);
   o.convert_v = !f32;
-  o.v = f32 ? ValuesOf(p, b, kvh) : nullptr;
   o.v_st = f32 ? p.v_st : p.value_dim;
   if (p.score == QKV_SCORE_ADDITIVE) {
     const float* keys = reinterpret_cast<const float*>(shared);
@@ -115,9 +112,9 @@ inline Operands OperandsFor(const Problem& p, const unsigned char* shared,
     o.q_st = hidden;
     o.q_sh = p.q_len * hidden;
     o.q_sb = p.q_heads * o.q_sh;
-    o.k = keys + (b * p.kv_heads + kvh) * p.kv_len * hidden;
     o.k_st = hidden;
-    o.ksrc.base = reinterpret_cast<const unsigned char*>(o.k);
+    o.ksrc.base = reinterpret_cast<const unsigned char*>(
+        keys + (b * p.kv_heads + kvh) * p.kv_len * hidden);
     o.ksrc.row_bytes = hidden * static_cast<int64_t>(sizeof(float));
     o.ksrc.dtype = QKV_DTYPE_F32;
     o.ksrc.scales = nullptr;
@@ -134,7 +131,6 @@ inline Operands OperandsFor(const Problem& p, const unsigned char* shared,
     o.q_st = p.q_st;
     o.ksrc = KeySource(p, b, kvh);
     o.convert_k = !f32;
-    o.k = f32 ? KeysOf(p, b, kvh) : nullptr;
     o.k_st = f32 ? p.k_st : p.head_dim;
     o.dim = p.head_dim;
     if (p.score == QKV_SCORE_GAUSSIAN) {

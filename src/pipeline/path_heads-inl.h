@@ -1,53 +1,11 @@
 // The pipeline (Flash<O>, src/pipeline/flash-inl.h): the interleaved-heads
 // path: decoding rows of several kv heads in one task. Included by flash-inl.h
-// after the struct; per-target include guard.
-#if defined(QKV_PIPELINE_PATH_HEADS_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef QKV_PIPELINE_PATH_HEADS_INL_H_
-#undef QKV_PIPELINE_PATH_HEADS_INL_H_
-#else
-#define QKV_PIPELINE_PATH_HEADS_INL_H_
-#endif
-
-#ifdef HWY_BEFORE_NAMESPACE
-HWY_BEFORE_NAMESPACE();
-#endif
-namespace qkv {
-namespace QKV_SIMD_NAMESPACE {
-
-// The interleaved path's piece of keys and its prefetch: software
-// prefetch (`lead`, 4 keys a piece) where the hardware prefetchers alone
-// fall short, joint rows and rows off 64-byte lines (token-major decoding
-// on Zen 4 and S1 token-major from malloc'd rows); aligned rows take 8
-// keys, 16 at 16 lanes, unprefetched, and so do the low-precision caches'
-// single rows. x86 only: no ARM machine here measures memory
-// (bench/README.md, "Interleaved heads for token-major decoding").
-template <class O>
-QKV_FLASH_INLINE int64_t Flash<O>::HeadsStep(const Operands* ops,
-                                             int64_t heads, bool fused,
-                                             bool joint, bool* lead) {
-#if defined(__x86_64__) || defined(__i386__)
-  bool on_lines = true;
-  auto lines = [](const KvSource& src) {
-    return reinterpret_cast<uintptr_t>(src.base) % 64 == 0 &&
-           src.row_bytes % 64 == 0;
-  };
-  for (int64_t g = 0; g < heads; ++g) {
-    on_lines = on_lines && lines(ops[g].ksrc) && lines(ops[g].vsrc);
-  }
-  *lead = !fused && (joint || !on_lines);
-  const bool wide = !fused && O::Lanes() >= 16;
-#else
-  (void)ops, (void)heads, (void)fused, (void)joint;
-  *lead = false;
-  const bool wide = false;  // measured on x86 only
-#endif
-  return *lead ? kInterleaveKeysPrefetched
-               : wide ? kInterleaveKeysWide : kInterleaveKeys;
-}
+// inside its per-target namespace, after the struct.
 
 // Keys [sa, ea) of op's K (or V) rows, `n` elements each, into L2. A
 // plain loop, not a PrefetchStream: one built and stepped per piece and
-// head took 1.09-1.57x the time of these walks (every x86 backend).
+// head measured slower than these walks on every x86 backend
+// (bench/README.md, "The plan's rules and the figures behind them").
 template <class O>
 QKV_FLASH_INLINE void Flash<O>::PrefetchPiece(const Operands& op, bool values,
                                               int64_t n, int64_t sa,
@@ -55,7 +13,7 @@ QKV_FLASH_INLINE void Flash<O>::PrefetchPiece(const Operands& op, bool values,
   const KvSource& src = values ? op.vsrc : op.ksrc;
   const int64_t bytes = n * KvElementBytes(src.dtype);
   for (int64_t t = sa; t < ea; ++t) {
-    const unsigned char* row = src.base + t * src.row_bytes;
+    const unsigned char* row = KvRowAt(src, t);
     for (int64_t c = 0; c < bytes; c += 64) {
       __builtin_prefetch(row + c, 0, kL2Locality);
     }
@@ -169,7 +127,7 @@ inline void Flash<O>::RunRowsHeads(const Problem& p, const TileTask& task,
                                   int64_t, int64_t r, int64_t lo, int64_t a,
                                   int64_t e) {
       if (r < 0) {
-        JointScoresOnly(op, tile, rows, op.k + a * op.k_st, e - a,
+        JointScoresOnly(op, tile, rows, KeysInPlace(op, a), e - a,
                         tile.s_row + (a - lo), s_floats, nullptr);
         return;
       }
@@ -178,7 +136,7 @@ inline void Flash<O>::RunRowsHeads(const Problem& p, const TileTask& task,
         RowDotScoresLowPrecision(tile.q_rows + r * d, op.ksrc, a, d, e - a,
                                  op.finish, st, nullptr);
       } else {
-        RowScoresFor(p, op, tile.q_rows + r * d, op.k + a * op.k_st, e - a,
+        RowScoresFor(p, op, tile.q_rows + r * d, KeysInPlace(op, a), e - a,
                      st, nullptr);
       }
     });
@@ -191,7 +149,7 @@ inline void Flash<O>::RunRowsHeads(const Problem& p, const TileTask& task,
       const float* alpha_g = alphas + g * kRowPathMaxRows;
       if (r < 0) {
         JointOutput(p, op, tile, rows, tile.s_row + (a - lo),
-                    op.v + a * op.v_st, e - a, s_floats,
+                    ValuesInPlace(op, a), e - a, s_floats,
                     a == lo ? alpha_g : kOnes);
         return;
       }
@@ -201,7 +159,7 @@ inline void Flash<O>::RunRowsHeads(const Problem& p, const TileTask& task,
         RowOutputLowPrecision(pr, op.vsrc, a, dv, e - a, alpha,
                               tile.o_rows + r * dv, nullptr);
       } else {
-        RowOutput(pr, op.v + a * op.v_st, dv, op.v_st, e - a, alpha,
+        RowOutput(pr, ValuesInPlace(op, a), dv, op.v_st, e - a, alpha,
                   tile.o_rows + r * dv);
       }
     });
@@ -213,11 +171,3 @@ inline void Flash<O>::RunRowsHeads(const Problem& p, const TileTask& task,
     FinishRows(p, one, shared, tiles[g]);
   }
 }
-
-}  // namespace QKV_SIMD_NAMESPACE
-}  // namespace qkv
-#ifdef HWY_AFTER_NAMESPACE
-HWY_AFTER_NAMESPACE();
-#endif
-
-#endif  // per-target include guard

@@ -1,18 +1,7 @@
 // The pipeline (Flash<O>, src/pipeline/flash-inl.h): the row path in phases:
 // the scores of several key blocks, then their outputs, the values waiting in
-// L2. Included by flash-inl.h after the struct; per-target include guard.
-#if defined(QKV_PIPELINE_PATH_PHASES_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef QKV_PIPELINE_PATH_PHASES_INL_H_
-#undef QKV_PIPELINE_PATH_PHASES_INL_H_
-#else
-#define QKV_PIPELINE_PATH_PHASES_INL_H_
-#endif
-
-#ifdef HWY_BEFORE_NAMESPACE
-HWY_BEFORE_NAMESPACE();
-#endif
-namespace qkv {
-namespace QKV_SIMD_NAMESPACE {
+// L2. Included by flash-inl.h inside its per-target namespace, after the
+// struct.
 
 template <class O>
 inline int64_t Flash<O>::PhaseBlocks(int64_t dv) {
@@ -20,35 +9,19 @@ inline int64_t Flash<O>::PhaseBlocks(int64_t dv) {
   return n > kRowStateRows ? kRowStateRows : n < 1 ? 1 : n;
 }
 
-// One or two rows (S1, GQA-2 decoding) streaming f32 K and V from memory
-// where keys are prefetched late (AMD: RunRows' keys_late), on x86 (the
-// check is in RunTask): in phases of PhaseBlocks() key blocks (fewer for
-// two rows: a score row per row and block), the scores of every block of
-// the phase (the first row's keys read in order, left to the hardware
-// prefetchers on every target; the phase's values prefetched into L2 as
-// they go), then each row's probabilities block by block, then each
-// block's output. Per row, a block's operations are RunRows' in the same
-// order (raw scores do not depend on the running max; probabilities and
-// outputs follow block by block): the same bits. Long phases of one
-// stream suit the memory (from DRAM on Zen 4, against RunRows' blocks
-// one at a time: S1 decoding 0.89-0.98x the time on every x86 target,
-// GQA-2 with 16k keys 0.93-0.96x; S1 in phases of 2 blocks 0.92-0.99x, 4
-// blocks 0.95-0.98x; K and V interleaved 8 keys at a time, the scores of
-// the next block beside the output of this one, 1.04-1.52x, and
-// 1.18-1.83x with the next block's values prefetched as well). Not for
-// binary16 and bfloat16 caches (in phases 1.04-1.19x, with or without
-// the next phase's keys prefetched during the values) nor int8
-// (0.91-1.01x from build to build and backend to backend: no clear
-// gain). Compiled for AArch64, where it is never taken, its mere
-// presence raised the instructions per pair of S1 decoding on
-// xsimd:neon64 by 0.6% (bench/arm_icount.sh): x86 only.
-template <class O>
-inline bool Flash<O>::RowInPhases(const Problem& p, const Operands& op,
-                                  const TileTask& task) {
-  return task.rows <= 2 && !op.convert_k && !op.convert_v &&
-         PrefetchesKv(p) && KeysPrefetchedLate();
-}
-
+// One or two rows (S1, GQA-2 decoding) streaming f32 K and V from memory,
+// where the plan says (RowInPhases, plan-inl.h): in phases of
+// PhaseBlocks() key blocks (fewer for two rows: a score row per row and
+// block), the scores of every block of the phase (the first row's keys
+// read in order, left to the hardware prefetchers on every target; the
+// phase's values prefetched into L2 as they go), then each row's
+// probabilities block by block, then each block's output. Per row, a
+// block's operations are RunRows' in the same order (raw scores do not
+// depend on the running max; probabilities and outputs follow block by
+// block): the same bits. Long phases of one stream suit the memory; the
+// alternatives measured are in bench/README.md, "One row in phases of key
+// blocks". Not compiled for AArch64, where it is never taken (its mere
+// presence raised the instructions per pair there).
 template <class O>
 __attribute__((noinline)) void Flash<O>::RunRowPhases(
     const Problem& p, const Operands& op, const TileTask& task,
@@ -58,7 +31,7 @@ __attribute__((noinline)) void Flash<O>::RunRowPhases(
   const int64_t start =
       span.begin > task.key_begin ? span.begin : task.key_begin;
   const int64_t stop = span.end < task.key_end ? span.end : task.key_end;
-  const int64_t d = op.dim, dv = p.value_dim, ks = op.k_st, vs = op.v_st;
+  const int64_t d = op.dim, dv = p.value_dim, vs = op.v_st;
   const int64_t s_floats = static_cast<int64_t>(RowScoreFloats(O::Lanes()));
   int64_t phase = PhaseBlocks(dv);
   if (phase * rows > kRowStateRows) phase = kRowStateRows / rows;
@@ -84,7 +57,7 @@ __attribute__((noinline)) void Flash<O>::RunRowPhases(
     for (int64_t i = 0; i < n; ++i) {
       for (int64_t r = 0; r < rows; ++r) {
         if (!keys_of(r, jb[i], nb[i], &lo, &hi)) continue;
-        RowScoresFor(p, op, tile.q_rows + r * d, op.k + lo * ks, hi - lo,
+        RowScoresFor(p, op, tile.q_rows + r * d, KeysInPlace(op, lo), hi - lo,
                      tile.s_row + (r * phase + i) * s_floats,
                      r == 0 ? &pf : nullptr);
       }
@@ -101,7 +74,7 @@ __attribute__((noinline)) void Flash<O>::RunRowPhases(
       for (int64_t r = 0; r < rows; ++r) {
         if (!keys_of(r, jb[i], nb[i], &lo, &hi)) continue;
         RowOutputWidth<F32Rows>(tile.s_row + (r * phase + i) * s_floats,
-                                op.v + lo * vs, dv, vs, hi - lo,
+                                ValuesInPlace(op, lo), dv, vs, hi - lo,
                                 alpha[r * phase + i], tile.o_rows + r * dv,
                                 nullptr);
       }
@@ -109,11 +82,3 @@ __attribute__((noinline)) void Flash<O>::RunRowPhases(
   }
   FinishRows(p, task, shared, tile);
 }
-
-}  // namespace QKV_SIMD_NAMESPACE
-}  // namespace qkv
-#ifdef HWY_AFTER_NAMESPACE
-HWY_AFTER_NAMESPACE();
-#endif
-
-#endif  // per-target include guard

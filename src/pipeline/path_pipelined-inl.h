@@ -1,44 +1,7 @@
 // The pipeline (Flash<O>, src/pipeline/flash-inl.h): the pipelined int8 row
 // path: a decoding row's scores of a block interleaved with the output of the
-// block before. Included by flash-inl.h after the struct; per-target include
-// guard.
-#if defined(QKV_PIPELINE_PATH_PIPELINED_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef QKV_PIPELINE_PATH_PIPELINED_INL_H_
-#undef QKV_PIPELINE_PATH_PIPELINED_INL_H_
-#else
-#define QKV_PIPELINE_PATH_PIPELINED_INL_H_
-#endif
-
-#ifdef HWY_BEFORE_NAMESPACE
-HWY_BEFORE_NAMESPACE();
-#endif
-namespace qkv {
-namespace QKV_SIMD_NAMESPACE {
-
-// (int8 K and V, dot scores: op.convert_k, op.convert_v, kDot or
-// kDotScaled.)
-template <class O>
-inline bool Flash<O>::PipelinesInt8(const Problem& p) {
-  return p.kv_dtype == QKV_DTYPE_I8 && p.score == QKV_SCORE_DOT &&
-         PrefetchesKv(p) && KeysPrefetchedLate() && O::Lanes() >= 8;
-}
-
-template <class O>
-inline bool Flash<O>::RowPipelined(const Problem& p, const TileTask& task) {
-  return task.rows == 1 && PipelinesInt8(p);
-}
-
-// A problem whose every task RowPipelined takes, split into key splits
-// whose tasks follow the cache (head-major): such a task may take several
-// consecutive splits of its kv head (SplitsPerTask), the pipeline running
-// on across their boundaries, each split finished as its own task would
-// be (the same partials, merged the same way: the same bits).
-template <class O>
-inline bool Flash<O>::DecodesPipelined(const Problem& p) {
-  return PipelinesInt8(p) && UsesRowPath(p) && p.group * p.q_len == 1 &&
-         !InterleavesHeads(p) && !UsesTinyPath(p, O::Lanes()) &&
-         KeySplits(p) > 1 && SplitsHeadMajor(p);
-}
+// block before. Included by flash-inl.h inside its per-target namespace, after
+// the struct.
 
 template <class O>
 __attribute__((noinline)) void Flash<O>::RunRowPipelined(
@@ -117,11 +80,3 @@ __attribute__((noinline)) void Flash<O>::RunRowPipelined(
   if (p_nb > 0) output(0, p_nb);
   finish_to(s_end);
 }
-
-}  // namespace QKV_SIMD_NAMESPACE
-}  // namespace qkv
-#ifdef HWY_AFTER_NAMESPACE
-HWY_AFTER_NAMESPACE();
-#endif
-
-#endif  // per-target include guard

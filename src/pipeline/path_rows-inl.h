@@ -1,19 +1,7 @@
 // The pipeline (Flash<O>, src/pipeline/flash-inl.h): the row path: decoding
 // rows (few queries per kv head), one at a time or scored jointly, with fused
-// readers of f16, bf16 and int8 rows. Included by flash-inl.h after the struct;
-// per-target include guard.
-#if defined(QKV_PIPELINE_PATH_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef QKV_PIPELINE_PATH_ROWS_INL_H_
-#undef QKV_PIPELINE_PATH_ROWS_INL_H_
-#else
-#define QKV_PIPELINE_PATH_ROWS_INL_H_
-#endif
-
-#ifdef HWY_BEFORE_NAMESPACE
-HWY_BEFORE_NAMESPACE();
-#endif
-namespace qkv {
-namespace QKV_SIMD_NAMESPACE {
+// readers of f16, bf16 and int8 rows. Included by flash-inl.h inside its
+// per-target namespace, after the struct.
 
 // Scores of one row for keys [j, j + nb), the kind chosen once.
 template <class O>
@@ -69,31 +57,6 @@ inline void Flash<O>::FinishRows(const Problem& p, const TileTask& task,
     s.w_hi = tile.hi[r];
     FinishRow(p, s, tile.tail);
   }
-}
-
-// 8 rows of dot scores take RowScores8: an x86 target with its
-// full-width transpose (16 or 8 lanes), f32 keys, d whole vectors.
-template <class O>
-inline bool Flash<O>::ScoresRows8(const Operands& op) {
-  return O::kTransposeLanes != 0 && O::Lanes() == O::kTransposeLanes &&
-         !op.convert_k && op.dim % static_cast<int64_t>(O::Lanes()) == 0;
-}
-
-// Rows scored and accumulated together (RowScoresRows or RowScores8,
-// RowOutputRows): 2, 4 or 8 rows (a decoding step at GQA 2, 4 or 8) that
-// see the same keys, dot scores. Other groups take their rows one at a
-// time.
-template <class O>
-inline bool Flash<O>::JointRows(const Operands& op, const Tile& tile,
-                                int64_t rows) {
-  if ((rows != 2 && rows != 4 && (rows != 8 || !ScoresRows8(op))) ||
-      (op.kind != kDot && op.kind != kDotScaled)) {
-    return false;
-  }
-  for (int64_t r = 1; r < rows; ++r) {
-    if (tile.lo[r] != tile.lo[0] || tile.hi[r] != tile.hi[0]) return false;
-  }
-  return true;
 }
 
 // Joint rows' scores of nb f32 key rows k (k_st apart) into st (a row
@@ -157,9 +120,10 @@ inline void Flash<O>::JointOutput(const Problem& p, const Operands& op,
 // dv / (U * lanes) passes per 4 rows). Spread over all of them, not
 // issued in the first passes (on 8-lane targets 8 passes per 4 rows:
 // the 512 lines of a 64-key block of d 128 went out in the first eighth
-// of the output): GQA-4 decoding from DRAM (16k keys) 0.90-0.92x the
-// time on highway:AVX2 and xsimd:avx2, GQA-8 (128 MiB of K and V)
-// 0.86-0.90x; 16-lane targets step as before (2 passes: the same count).
+// of the output): measured faster for GQA-4 and GQA-8 decoding from DRAM
+// on highway:AVX2 and xsimd:avx2
+// (bench/README.md, "Joint rows' key prefetch spread over the whole output");
+// 16-lane targets step as before (2 passes: the same count).
 template <class O>
 inline int64_t Flash<O>::JointKeySteps(int64_t rows, int64_t nb, int64_t dv) {
   const int64_t pass =
@@ -179,61 +143,6 @@ QKV_FLASH_INLINE void Flash<O>::RowKeysOfBlock(const Tile& tile, int64_t r,
   *lo = tile.lo[r] > j0 ? tile.lo[r] : j0;
   const int64_t h = j1 < tile.hi[r] ? j1 : tile.hi[r];
   *hi = h < end ? h : end;
-}
-
-// RunRows' choices for a task's rows: the plan of the row path.
-template <class O>
-QKV_FLASH_INLINE typename Flash<O>::RowsPlan Flash<O>::PlanRows(
-    const Problem& p, const Operands& op, const Tile& tile, int64_t rows) {
-  RowsPlan r;
-  r.prefetch = PrefetchesKv(p);
-  r.fused_v = op.convert_v && rows == 1;
-  r.fused_k =
-      r.fused_v && op.convert_k && (op.kind == kDot || op.kind == kDotScaled);
-  // From cache joint rows are 1.5x faster. From DRAM (PrefetchesKv) 4 or
-  // 8 joint rows prefetch the next block's keys while their output
-  // accumulates, which takes longer than their scores (4 rows: also while
-  // scoring, RowScoresRows stepping both streams) (GQA-4 decoding,
-  // 128 MiB of K and V, Emerald Rapids: 0.84-0.93x the time of one row at
-  // a time; joint rows prefetching only in the scores measured 1.04-1.06x
-  // slower on Zen 4); 2 rows go one at a time (joint: 0.99-1.02x).
-  r.joint = (!r.prefetch || rows >= 4) && JointRows(op, tile, rows);
-  // Where the next block's keys are prefetched when rows go one at a time:
-  // during the first row's scores, beside this block's values (Intel), or
-  // during its values (keys_late: AMD; S1 decoding from DRAM on Zen 4,
-  // f32 0.80-0.92x the time, f16 and bf16 0.77-0.97x; on Emerald Rapids
-  // 1.01-1.05x). KeysPrefetchedLate() says which (src/engine.h). Not
-  // where converting the block is the bound, int8 on 8- and 4-lane
-  // targets and binary16 without F16C (4-lane x86 targets): there the
-  // extra steps cost 1.01-1.09x on Zen 4 (int8 on Zen 5, every call from
-  // DRAM: AVX-512 0.84-0.90x the time, AVX2 0.99-1.00x, SSE4 1.01x).
-  r.keys_late =
-      r.prefetch && !r.joint && KeysPrefetchedLate() &&
-      (op.ksrc.dtype != QKV_DTYPE_I8 || O::Lanes() >= 16) &&
-      !(op.ksrc.dtype == QKV_DTYPE_F16 && O::Lanes() < 8);
-  // With keys_late, f32 keys on 16-lane targets are left to the hardware
-  // prefetchers, which follow the first row's scores reading them in
-  // order (KeyMajorScores): S1 on Zen 4, 0.92-0.96x the time. The value
-  // pass still goes 8 keys at a time (pk steps a stream with nothing to
-  // do). Not on 8- and 4-lane targets (1.00x, and 1.13x on SSE4), nor
-  // for binary16 and bfloat16 keys (1.15-1.20x); joint rows without
-  // their key prefetches measured 1.1-1.4x (GQA-4 and GQA-8).
-  r.hardware_keys =
-      r.keys_late && op.ksrc.dtype == QKV_DTYPE_F32 && O::Lanes() >= 16;
-  // The next block's keys are prefetched past the end of a split, up to
-  // the rows' last visible key: with head-major splits (SplitsHeadMajor)
-  // they are the next task's first block, which would otherwise start
-  // cold (S1 decoding on Zen 5, one worker: f16 and bf16 0.89-0.93x the
-  // time, int8 0.97x, GQA-8 0.90-0.95x; two workers, which take adjacent
-  // splits, unchanged). x86 only: on AArch64 the extra prefetches raised
-  // the instructions per pair of S1 decoding by up to 3%
-  // (bench/arm_icount.sh), and no ARM machine here measures memory.
-#if defined(__x86_64__) || defined(__i386__)
-  r.keys_past_split = true;
-#else
-  r.keys_past_split = false;
-#endif
-  return r;
 }
 
 // All rows (at most kRowPathMaxRows, or the 8 of kPathRows8) of one
@@ -324,11 +233,3 @@ inline void Flash<O>::RunRows(const Problem& p, const Operands& op,
   }
   FinishRows(p, task, shared, tile);
 }
-
-}  // namespace QKV_SIMD_NAMESPACE
-}  // namespace qkv
-#ifdef HWY_AFTER_NAMESPACE
-HWY_AFTER_NAMESPACE();
-#endif
-
-#endif  // per-target include guard

@@ -1,19 +1,7 @@
 // The pipeline (Flash<O>, src/pipeline/flash-inl.h): the tile path: a tile of
 // query rows of one kv head's GQA group over its keys, groups of tiles sharing
 // K/V blocks, and tiles at 8 lanes on wider targets. Included by flash-inl.h
-// after the struct; per-target include guard.
-#if defined(QKV_PIPELINE_PATH_TILE_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef QKV_PIPELINE_PATH_TILE_INL_H_
-#undef QKV_PIPELINE_PATH_TILE_INL_H_
-#else
-#define QKV_PIPELINE_PATH_TILE_INL_H_
-#endif
-
-#ifdef HWY_BEFORE_NAMESPACE
-HWY_BEFORE_NAMESPACE();
-#endif
-namespace qkv {
-namespace QKV_SIMD_NAMESPACE {
+// inside its per-target namespace, after the struct.
 
 // The key block of a tile that starts at j0 (up to kBlockKeys keys, not
 // past span.end): scores, epilogue, online softmax (running max and sum
@@ -240,17 +228,20 @@ inline void Flash<O>::RunTileGroup(const Problem& p, const Operands& op,
 // A tile of one row vector (TaskPath). A decoding step at GQA 8 (8 rows that
 // see the same keys, dot scores, f32 keys, head_dim whole vectors) on an x86
 // target with full-width transposes takes the row path instead (RunRows:
-// head_dim in lanes, the 8 rows scored together by RowScores8): GQA-8
-// decoding 0.86-0.96x the time of the 8-lane tile below on AVX-512, from L2
-// and from DRAM (Emerald Rapids), 0.95x from DRAM on highway:AVX2 (Zen 4;
-// bench/README.md). Other tiles of at most 8 rows (a short prompt, other
-// score kinds) on a 16-lane target take 8-lane vectors (the tiny path's
-// Narrow8, the same target's AVX2-width code): a 512-bit vector half empty
-// costs a full one, and on Zen 4, whose AVX-512 units are 256 bits wide,
-// twice the 256-bit one (GQA-8 decoding from L2 measured 1.4x slower on
-// highway:AVX3 than on highway:AVX2). Each lane does the same operations at
-// either width, so the bits are the same. The narrower tile's layout is
-// smaller than the full one the workspace was sized for.
+// head_dim in lanes, the 8 rows scored together by RowScores8), measured
+// faster than the 8-lane tile below for GQA-8 decoding on AVX-512 from L2
+// and from DRAM (Emerald Rapids) and on highway:AVX2 from DRAM (Zen 4):
+// bench/README.md, "GQA-8 decoding on the row path" and "GQA-8 scores with
+// each query vector loaded once; the zero scan in vectors". Other tiles of
+// at most 8 rows (a short prompt, other score kinds) on a 16-lane target
+// take 8-lane vectors (the tiny path's Narrow8, the same target's
+// AVX2-width code): a 512-bit vector half empty costs a full one, and on
+// Zen 4, whose AVX-512 units are 256 bits wide, twice the 256-bit one
+// (GQA-8 decoding from L2 measured slower on highway:AVX3 than on
+// highway:AVX2: bench/README.md, "Tiles for 16 registers, L2 prefetch,
+// 8-lane tiles"). Each lane does the same operations at either width, so
+// the bits are the same. The narrower tile's layout is smaller than the
+// full one the workspace was sized for.
 template <class O>
 inline void Flash<O>::RunNarrowTile(const Problem& p, const Operands& op,
                                     const TileTask& t,
@@ -265,11 +256,3 @@ inline void Flash<O>::RunNarrowTile(const Problem& p, const Operands& op,
     (void)p, (void)op, (void)t, (void)shared, (void)workspace;
   }
 }
-
-}  // namespace QKV_SIMD_NAMESPACE
-}  // namespace qkv
-#ifdef HWY_AFTER_NAMESPACE
-HWY_AFTER_NAMESPACE();
-#endif
-
-#endif  // per-target include guard

@@ -1,18 +1,6 @@
 // The pipeline (Flash<O>, src/pipeline/flash-inl.h): the tiny path: at most one
-// vector of keys, keys in lanes. Included by flash-inl.h after the struct; per-
-// target include guard.
-#if defined(QKV_PIPELINE_PATH_TINY_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef QKV_PIPELINE_PATH_TINY_INL_H_
-#undef QKV_PIPELINE_PATH_TINY_INL_H_
-#else
-#define QKV_PIPELINE_PATH_TINY_INL_H_
-#endif
-
-#ifdef HWY_BEFORE_NAMESPACE
-HWY_BEFORE_NAMESPACE();
-#endif
-namespace qkv {
-namespace QKV_SIMD_NAMESPACE {
+// vector of keys, keys in lanes. Included by flash-inl.h inside its per-target
+// namespace, after the struct.
 
 // dst[u] = base[u * stride] for lanes u < count, 0 for the others.
 template <class O>
@@ -36,8 +24,8 @@ QKV_FLASH_INLINE void Flash<O>::TinyTranspose(const Problem& p,
   const int64_t N = static_cast<int64_t>(O::Lanes());
   const int64_t d = op.dim, dv = p.value_dim, lk = p.kv_len;
   const int32_t count = static_cast<int32_t>(lk);
-  const float* k = op.k;
-  const float* v = op.v;
+  const float* k = op.convert_k ? nullptr : KeysInPlace(op, 0);
+  const float* v = op.convert_v ? nullptr : ValuesInPlace(op, 0);
   if (op.convert_k) {  // low precision: dequantized first (a few rows)
     for (int64_t j = 0; j < lk; ++j) {
       DequantizeRow(op.ksrc, j, d, tile.kblk + j * d);
@@ -213,11 +201,3 @@ inline void Flash<O>::RunTiny(const Problem& p, const Operands& op,
   }
   RunRowsTiny(p, op, task, workspace);
 }
-
-}  // namespace QKV_SIMD_NAMESPACE
-}  // namespace qkv
-#ifdef HWY_AFTER_NAMESPACE
-HWY_AFTER_NAMESPACE();
-#endif
-
-#endif  // per-target include guard

@@ -26,6 +26,14 @@ enum PathBit : uint32_t {
   kPathTile2 = 1u << 10,        // RunTile<2>: two row vectors
 };
 
+// The architecture, for the plan's rules measured on x86 only
+// (src/pipeline/plan-inl.h); no other code reads it to choose.
+#if defined(__x86_64__) || defined(__i386__)
+constexpr bool kX86 = true;
+#else
+constexpr bool kX86 = false;
+#endif
+
 extern std::atomic<bool> g_trace_paths;
 extern std::atomic<uint32_t> g_paths_traced;
 
@@ -38,11 +46,12 @@ static inline void TracePath(uint32_t bit) {
 }
 
 // A path the calls must take where a task can take it, for tests: one of
-// the row path's schedules, which compute the same bits (RunRows,
-// RunRowPhases, RunRowPipelined: kPathRows, kPathRowPhases,
-// kPathRowPipelined; the last two exist on x86 only), so that a test can
-// run each on any CPU and compare; 0 (the default) leaves the choice to
-// the pipeline. Flash::TaskPath says which tasks can take each.
+// the row path's schedules (kPathRows, kPathRowPhases, kPathRowPipelined;
+// the last two exist on x86 only) or of the tile path's (kPathTile2,
+// kPathTile1, kPathTileNarrow, kPathTileGroup), each family computing the
+// same bits, so that a test can run each on any CPU and compare; 0 (the
+// default) leaves the choice to the plan. Flash::PlanCall, RowSchedule and
+// TaskPath (plan-inl.h) say which calls and tasks can take each.
 extern std::atomic<uint32_t> g_forced_path;
 static inline uint32_t ForcedPath() {
   return g_forced_path.load(std::memory_order_relaxed);

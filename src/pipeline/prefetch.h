@@ -20,12 +20,13 @@ namespace {  // NOLINT(build/namespaces)
 // A tile reads K and V in interleaved, strided patterns (several key rows at
 // once for scores, a column slice of every value row for the output) that
 // hardware prefetchers follow well from L2 and L3 but poorly from DRAM:
-// there the tiles stall on memory at a third of the bandwidth available.
+// there the tiles stall on memory far below the bandwidth available.
 // Calls whose K and V together reach kPrefetchKvBytes, too much to stay
 // cached between calls or between the tiles of one, prefetch in software,
 // just in time: the current block's V while scoring it, the next block's K
 // while accumulating its output. Smaller calls skip it: from cache the
-// extra instructions and the early L1 fills cost 5-8% (S2, S3).
+// extra instructions and the early L1 fills made S2 and S3 slower
+// (bench/README.md, "The pipeline written once").
 constexpr int64_t kPrefetchKvBytes = int64_t{8} << 20;
 
 inline bool PrefetchesKv(const Problem& p) {
@@ -39,15 +40,17 @@ inline bool PrefetchesKv(const Problem& p) {
 // Where a prefetch puts its line. Both paths prefetch into L2. The tile
 // path prefetches a whole 64-key block (32 KiB at head_dim 128) while it
 // works through another one of the same size in L1: into L1 the two evict
-// each other (GQA-8 decode from DRAM, highway:AVX2 on Zen 4: 4.5 ms with
-// L1, 3.2 ms with L2). The row path reads a block soon after prefetching
-// it, but an L1 prefetch holds one of the core's few L1 miss buffers until
-// its line arrives: into L2, S1 decoding took 0.96x the time (Emerald
-// Rapids, highway:AVX3 and AVX2). On x86 that is prefetcht2
-// (locality 1; prefetcht1 measured 3.4 ms on Zen 4; prefetcht0 and
-// prefetchnta, with keys prefetched during the values, 1.08-1.73x the
-// time of prefetcht2 on S1 decoding, Zen 4); GCC's locality 2 is
-// AArch64's PLDL2KEEP. kL1 is kept for experiments.
+// each other (GQA-8 decoding from DRAM on Zen 4, highway:AVX2, measured
+// faster into L2: bench/README.md, "Tiles for 16 registers, L2 prefetch,
+// 8-lane tiles"). The row path reads a block soon after prefetching it,
+// but an L1 prefetch holds one of the core's few L1 miss buffers until its
+// line arrives: into L2, S1 decoding measured faster on Emerald Rapids,
+// highway:AVX3 and AVX2 ("Row path prefetching into L2"). On x86 that is
+// prefetcht2 (locality 1; prefetcht1, and prefetcht0 and prefetchnta with
+// keys prefetched during the values, measured slower on Zen 4: "Keys
+// prefetched during the values on AMD" and "The plan's rules and the
+// figures behind them"); GCC's locality 2 is AArch64's PLDL2KEEP. kL1 is
+// kept for experiments.
 enum class PrefetchTo { kL1, kL2 };
 #if defined(__x86_64__) || defined(__i386__)
 constexpr int kL2Locality = 1;
@@ -124,17 +127,17 @@ class PrefetchStream {
 // block's K rows, spread over k_steps calls (none past `stop`).
 // Out of line (once per block): when GCC inlined it into the tile loop
 // (after unrelated changes to the row path), RunTile<2> lost its
-// specialized copies and S2 prefill took 1.01-1.03x the time on
-// highway:AVX3.
+// specialized copies and S2 prefill measured slower on highway:AVX3
+// (bench/README.md, "The row path's lane sums 4 at a time").
 struct BlockPrefetch {
   PrefetchStream v, k;
   __attribute__((noinline)) BlockPrefetch(bool on, const Operands& op,
                                           int64_t dv, int64_t j0, int64_t nb,
                                           int64_t stop, int64_t v_steps,
                                           int64_t k_steps, PrefetchTo to)
-      : v(on, op.vsrc.base + j0 * op.vsrc.row_bytes, nb,
+      : v(on, KvRowAt(op.vsrc, j0), nb,
           dv * KvElementBytes(op.vsrc.dtype), op.vsrc.row_bytes, v_steps, to),
-        k(on, op.ksrc.base + (j0 + nb) * op.ksrc.row_bytes,
+        k(on, KvRowAt(op.ksrc, j0 + nb),
           BlockKeys(j0 + nb, stop), op.dim * KvElementBytes(op.ksrc.dtype),
           op.ksrc.row_bytes, k_steps, to) {}
 };

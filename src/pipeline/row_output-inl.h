@@ -1,18 +1,6 @@
 // The pipeline (Flash<O>, src/pipeline/flash-inl.h): row kernels, softmax and
 // output: a row's online softmax and o = o * alpha + p V over rows of values.
-// Included by flash-inl.h after the struct; per-target include guard.
-#if defined(QKV_PIPELINE_ROW_OUTPUT_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef QKV_PIPELINE_ROW_OUTPUT_INL_H_
-#undef QKV_PIPELINE_ROW_OUTPUT_INL_H_
-#else
-#define QKV_PIPELINE_ROW_OUTPUT_INL_H_
-#endif
-
-#ifdef HWY_BEFORE_NAMESPACE
-HWY_BEFORE_NAMESPACE();
-#endif
-namespace qkv {
-namespace QKV_SIMD_NAMESPACE {
+// Included by flash-inl.h inside its per-target namespace, after the struct.
 
 // Online softmax of one row's block: st[0, nb) becomes probabilities
 // relative to the new running max; returns the rescale factor of the old
@@ -60,7 +48,9 @@ inline float Flash<O>::RowSoftmaxBlock(float* __restrict st, int64_t nb,
 }
 
 // Whether some p[r * s_stride + j] (r < rows, j < nb) is 0, by vector
-// compares (a scalar scan took 7% of GQA-8 decoding).
+// compares (a scalar scan took a measurable share of GQA-8 decoding:
+// bench/README.md, "GQA-8 scores with each query vector loaded once; the
+// zero scan in vectors").
 template <class O>
 inline bool Flash<O>::AnyZero(const float* __restrict p, int64_t s_stride,
                               int64_t rows, int64_t nb) {
@@ -275,9 +265,9 @@ inline void Flash<O>::RowOutputFrom(float* __restrict pr, const KvSource& src,
                                     PrefetchStream* pk) {
   using T = typename E::T;
   const int64_t vs = src.row_bytes / static_cast<int64_t>(sizeof(T));
-  const T* v = reinterpret_cast<const T*>(src.base) + j0 * vs;
-  if (src.dtype == QKV_DTYPE_I8) {  // the rows' scales into the weights
-    const float* sc = src.scales + j0 * src.scale_st;
+  const T* v = reinterpret_cast<const T*>(KvRowAt(src, j0));
+  if (E::kScaled) {  // the rows' scales into the weights
+    const float* sc = KvScalesAt(src, j0);
     for (int64_t j = 0; j < nb; ++j) pr[j] *= sc[j * src.scale_st];
   }
   RowOutputOf<E>(pr, v, dv, vs, nb, alpha, o, pk);
@@ -288,20 +278,7 @@ inline void Flash<O>::RowOutputLowPrecision(float* pr, const KvSource& src,
                                             int64_t j0, int64_t dv, int64_t nb,
                                             float alpha, float* o,
                                             PrefetchStream* pk) {
-  switch (src.dtype) {
-    case QKV_DTYPE_F16:
-      return RowOutputFrom<F16Rows>(pr, src, j0, dv, nb, alpha, o, pk);
-    case QKV_DTYPE_BF16:
-      return RowOutputFrom<BF16Rows>(pr, src, j0, dv, nb, alpha, o, pk);
-    default:
-      return RowOutputFrom<I8Rows>(pr, src, j0, dv, nb, alpha, o, pk);
-  }
+  OnKvType<O>(src.dtype, [&](auto e) {
+    RowOutputFrom<decltype(e)>(pr, src, j0, dv, nb, alpha, o, pk);
+  });
 }
-
-}  // namespace QKV_SIMD_NAMESPACE
-}  // namespace qkv
-#ifdef HWY_AFTER_NAMESPACE
-HWY_AFTER_NAMESPACE();
-#endif
-
-#endif  // per-target include guard

@@ -1,18 +1,6 @@
 // The pipeline (Flash<O>, src/pipeline/flash-inl.h): row kernels, scores: query
 // rows against rows of keys (head_dim in lanes) read as f32, f16, bf16 or int8.
-// Included by flash-inl.h after the struct; per-target include guard.
-#if defined(QKV_PIPELINE_ROW_SCORES_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef QKV_PIPELINE_ROW_SCORES_INL_H_
-#undef QKV_PIPELINE_ROW_SCORES_INL_H_
-#else
-#define QKV_PIPELINE_ROW_SCORES_INL_H_
-#endif
-
-#ifdef HWY_BEFORE_NAMESPACE
-HWY_BEFORE_NAMESPACE();
-#endif
-namespace qkv {
-namespace QKV_SIMD_NAMESPACE {
+// Included by flash-inl.h inside its per-target namespace, after the struct.
 
 // One query row against nb keys: st[j] = finish * sum_t f(q[t], k_j[t]),
 // keys four at a time for independent FMA chains, d in lanes. Also
@@ -76,8 +64,9 @@ QKV_FLASH_INLINE void Flash<O>::RowKeysStep(
 #undef QKV_TERM
   }
   // The lane sums 4 at a time where the engine has SumLanes4 (the same
-  // bits): a row's 4 keys, or one key's 4 rows (GQA-4 decoding from
-  // cache on Zen 4, 0.92-0.94x the time on AVX-512 and xsimd:avx2).
+  // bits): a row's 4 keys, or one key's 4 rows (measured faster for GQA-4
+  // decoding from cache on Zen 4, on AVX-512 and xsimd:avx2:
+  // bench/README.md, "The row path's lane sums 4 at a time").
   constexpr bool kByKeys = O::kTransposeLanes != 0 && U == 4;
   constexpr bool kByRows = O::kTransposeLanes != 0 && U == 1 && R == 4;
   if constexpr (kByKeys) {
@@ -127,8 +116,9 @@ QKV_FLASH_INLINE void Flash<O>::RowKeysStep(
 // steps once every 4 keys. Given pf (keys streamed from memory), x86
 // targets take a step's keys one after the other, as RowScores does
 // (KeyMajorScores; per (row, key) the same operations: the same bits):
-// GQA-4 decoding from DRAM on Zen 4, 0.96-0.99x the time on AVX-512 and
-// AVX2; from cache, or on 4-lane targets, 0.99-1.09x, so not there.
+// measured faster for GQA-4 decoding from DRAM on Zen 4, on AVX-512 and
+// AVX2; from cache, or on 4-lane targets, no faster or slower, so not there
+// (bench/README.md, "Keys read in order for the hardware prefetchers").
 template <class O>
 template <int R, int kKind, class E>
 __attribute__((noinline)) void Flash<O>::RowScoresRows(
@@ -184,15 +174,17 @@ __attribute__((noinline)) void Flash<O>::RowScoresRows(
 // AVX2: 8 x 8, the rows in two passes of 4 over the same 2 keys) and d
 // whole vectors: 2 keys at a time, one accumulator per (row, key), each
 // key vector loaded once for a pass's rows; the 16 (8) accumulators'
-// lane sums come out of one O::SumLanes (lane i of the result:
-// accumulator i's sum, as ((l0 + l1) + (l2 + l3)) + ..., the order a
-// transpose and a tree of adds give, in 30 (14) shuffles instead of 64
-// (24): GQA-8 decoding from L3 on Zen 4, 0.94-0.96x the time) instead of
-// a reduction each. A last odd key takes the rows in two halves of 4
-// (RowKeysStep). Each query vector is loaded once for both keys (10 loads per 16 multiply-adds;
-// GCC's code loaded it for each key, 18, and spilled the key vectors
-// when told not to: O::InRegister and QKV_ONE_REGION; with AnyZero,
-// GQA-8 decoding from L3 on Zen 4 0.81-0.89x the time: bench/README.md).
+// lane sums come out of one O::SumLanes instead of a reduction each
+// (lane i of the result: accumulator i's sum, as ((l0 + l1) + (l2 + l3)) +
+// ..., the order a transpose and a tree of adds give, in 30 (14) shuffles
+// instead of 64 (24), measured faster for GQA-8 decoding from L3 on Zen 4;
+// bench/README.md, "One row in phases of key blocks; RowScores8's lane sums").
+// A last odd key takes the rows in two halves of 4 (RowKeysStep). Each
+// query vector is loaded once for both keys (10 loads per 16 multiply-adds;
+// GCC's code loaded it for each key, 18, and spilled the key vectors when
+// told not to: O::InRegister and QKV_ONE_REGION; with AnyZero, measured
+// faster for GQA-8 decoding from L3 on Zen 4: bench/README.md, "GQA-8
+// scores with each query vector loaded once; the zero scan in vectors").
 // st[r * s_stride + j] = finish * (q_r . k_j). pf's V stream steps once
 // every 4 keys (its K stream goes with the output, which takes longer
 // than the scores at 8 rows: JointOutput).
@@ -253,7 +245,8 @@ __attribute__((noinline)) QKV_ONE_REGION void Flash<O>::RowScores8(
 // The vector terms of one key's score: q . k (or its kind's terms) over
 // the first d_full elements, in one accumulator. (RowScores' last keys
 // spell the same loop out: written through this function they changed
-// code generation elsewhere, highway:SSE4 f16 decoding 1.42x.)
+// code generation elsewhere and slowed highway:SSE4 f16 decoding;
+// bench/README.md, "The plan's rules and the figures behind them".)
 template <class O>
 template <int kKind, class E>
 QKV_FLASH_INLINE typename Flash<O>::V Flash<O>::KeyScoreTerms(
@@ -310,8 +303,9 @@ __attribute__((noinline)) void Flash<O>::RowScores(
       }
     }
     // The 4 lane sums at once (O::SumLanes4, the same bits as 4
-    // reductions in a third of the shuffles; S1 decoding from L2 on Zen
-    // 4, 0.92-0.95x the time on AVX-512; from DRAM unchanged).
+    // reductions in a third of the shuffles; measured faster for S1
+    // decoding from L2 on Zen 4 on AVX-512, unchanged from DRAM:
+    // bench/README.md, "The row path's lane sums 4 at a time").
     if constexpr (O::kTransposeLanes != 0) {
       alignas(16) float sums[4];
       O::SumLanes4(a0, a1, a2, a3, sums);
@@ -351,10 +345,10 @@ inline void Flash<O>::RowDotScoresOf(const float* q, const KvSource& src,
                                      BlockPrefetch* pf) {
   using T = typename E::T;
   const int64_t ks = src.row_bytes / static_cast<int64_t>(sizeof(T));
-  RowScores<kDot, E>(q, reinterpret_cast<const T*>(src.base) + j0 * ks, d,
+  RowScores<kDot, E>(q, reinterpret_cast<const T*>(KvRowAt(src, j0)), d,
                      ks, nb, finish, nullptr, st, pf);
-  if (src.dtype == QKV_DTYPE_I8) {
-    const float* sc = src.scales + j0 * src.scale_st;
+  if (E::kScaled) {
+    const float* sc = KvScalesAt(src, j0);
     for (int64_t j = 0; j < nb; ++j) st[j] *= sc[j * src.scale_st];
   }
 }
@@ -365,20 +359,7 @@ inline void Flash<O>::RowDotScoresLowPrecision(const float* q,
                                                int64_t d, int64_t nb,
                                                float finish, float* st,
                                                BlockPrefetch* pf) {
-  switch (src.dtype) {
-    case QKV_DTYPE_F16:
-      return RowDotScoresOf<F16Rows>(q, src, j0, d, nb, finish, st, pf);
-    case QKV_DTYPE_BF16:
-      return RowDotScoresOf<BF16Rows>(q, src, j0, d, nb, finish, st, pf);
-    default:
-      return RowDotScoresOf<I8Rows>(q, src, j0, d, nb, finish, st, pf);
-  }
+  OnKvType<O>(src.dtype, [&](auto e) {
+    RowDotScoresOf<decltype(e)>(q, src, j0, d, nb, finish, st, pf);
+  });
 }
-
-}  // namespace QKV_SIMD_NAMESPACE
-}  // namespace qkv
-#ifdef HWY_AFTER_NAMESPACE
-HWY_AFTER_NAMESPACE();
-#endif
-
-#endif  // per-target include guard

@@ -106,15 +106,13 @@ inline bool LastSplitDone(const Problem& p, const unsigned char* shared,
 // and values that would stay in L2 as dense rows do not: every tile's pass
 // over them comes from L3. The tile path then takes kGroupTiles tiles of a
 // kv head per task and gives each key block to all of them in turn
-// (RunTileGroup), each tile doing exactly what it does alone (S2
-// token-major: 1.25x the dense call ungrouped, 1.14-1.19x grouped; 8 or 16
-// tiles gain a few percent more for 2x or 4x the workspace). Dense rows
+// (RunTileGroup), each tile doing exactly what it does alone (4 tiles: 8
+// or 16 gain little more for 2x or 4x the workspace). Dense rows
 // keep one tile per task: their blocks stay cached anyway, and a tile's
 // output and queries stay in L1. Low-precision K and V are grouped too: the
 // tiles of a group whose block starts at the same key share one
-// dequantized copy of it, made once instead of once per tile (S2 with an
-// f16 cache: 0.91-0.97x the time on the AVX-512 and AVX2 backends, 0.68-0.70x
-// on SSE4, whose binary16 conversion is integer code).
+// dequantized copy of it, made once instead of once per tile (bench/README.md,
+// "The plan's rules and the figures behind them").
 constexpr int64_t kGroupTiles = 4;
 
 // Strided value rows are read this many keys at a time (AccumulateOutput):
@@ -180,22 +178,20 @@ inline TileTask TileTaskAt(const Problem& p, size_t task, size_t tile_rows) {
 // a kv head's consecutive rows heads * dim apart: 16 KiB for 32 heads of
 // d 128, so one head's keys are 512 bytes out of every 4 KiB page, and a
 // decoding task that walks one head at a time reads memory as 64 streams of
-// 512-byte pieces, which the hardware prefetchers do not follow (S1 decode
-// token-major 1.7x the dense call on Zen 4). Row-path tasks over such a
-// cache take up to kHeadGroupMax kv heads of a batch at once instead
-// (RunRowsHeads) and step through each key block kInterleaveKeys keys at a
-// time, every head of the group in turn: a few whole token rows, read in
-// address order (a microbenchmark of that order read 26.6 GB/s on Zen 4, the
-// dense per-head order with no software prefetch 14). Each head does the
-// same operations on the same blocks as alone, so the bits are the dense
-// call's. Low-precision caches take it with a single row per kv head (the
+// 512-byte pieces, which the hardware prefetchers do not follow. Row-path
+// tasks over such a cache take up to kHeadGroupMax kv heads of a batch at
+// once instead (RunRowsHeads) and step through each key block
+// kInterleaveKeys keys at a time, every head of the group in turn: a few
+// whole token rows, read in address order, which the prefetchers follow.
+// Each head does the same operations on the same blocks as alone, so the
+// bits are the dense call's. Low-precision caches take it with a single row per kv head (the
 // fused readers; several rows dequantize a block per head). Where the
 // hardware prefetchers alone fall short (joint rows, rows not on 64-byte
 // lines) the walk goes kInterleaveKeysPrefetched keys at a time and
 // prefetches the piece kPieceLead pieces ahead (RunRowsHeads). f32 rows on
-// 16-lane x86 targets go kInterleaveKeysWide keys at a time (S1
-// token-major on Zen 5: 0.92x the time of 8 keys on AVX-512, 64 keys
-// 0.93-0.94x; AVX2 0.98x and SSE4 1.11-1.14x, which keep 8).
+// 16-lane x86 targets go kInterleaveKeysWide keys at a time (the plan,
+// HeadsStep; bench/README.md, "Interleaved heads for token-major decoding"
+// and "The plan's rules and the figures behind them").
 constexpr int64_t kHeadGroupMax = 32;
 constexpr int64_t kInterleaveKeys = 8;
 constexpr int64_t kInterleaveKeysWide = 32;
@@ -240,14 +236,13 @@ inline size_t SplitTasks(const Problem& p, size_t tile_rows) {
 // strides), head-major: consecutive tasks take consecutive keys of one kv
 // head, so a worker going from task to task reads one stream that goes on
 // where the last task stopped, which the hardware prefetchers keep
-// following (S1 decoding on Zen 5, one worker, against split-major: f32
-// 0.98x the time, f16 and bf16 0.92x, int8 0.88x, whose 512-key splits are
-// 64 KiB of K: a fresh stream every 2 us). Elsewhere (a token-major cache,
+// following (bench/README.md, "Decoding splits in cache order; int8 and
+// token-major on Zen 5"). Elsewhere (a token-major cache,
 // [token][kv_heads][dim]: a head's rows 16 KiB apart for 32 heads of d 128,
 // each row on its own 4 KiB page) split-major: consecutive tasks take the
 // same keys of consecutive kv heads, so the cache is walked a few hundred
 // pages at a time, which the TLB holds for the next heads, instead of every
-// page of the cache once per head (1.66x slower decoding, measured).
+// page of the cache once per head (measured slower, same section).
 inline bool SplitsHeadMajor(const Problem& p) {
   return !(p.k_sh > 0 && p.k_sh < p.k_st) && !(p.v_sh > 0 && p.v_sh < p.v_st);
 }

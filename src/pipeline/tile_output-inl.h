@@ -1,19 +1,7 @@
 // The pipeline (Flash<O>, src/pipeline/flash-inl.h): tile kernels, softmax and
 // output: the online softmax of a tile's block and o = o * alpha + p V with
-// rows in lanes. Included by flash-inl.h after the struct; per-target include
-// guard.
-#if defined(QKV_PIPELINE_TILE_OUTPUT_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef QKV_PIPELINE_TILE_OUTPUT_INL_H_
-#undef QKV_PIPELINE_TILE_OUTPUT_INL_H_
-#else
-#define QKV_PIPELINE_TILE_OUTPUT_INL_H_
-#endif
-
-#ifdef HWY_BEFORE_NAMESPACE
-HWY_BEFORE_NAMESPACE();
-#endif
-namespace qkv {
-namespace QKV_SIMD_NAMESPACE {
+// rows in lanes. Included by flash-inl.h inside its per-target namespace, after
+// the struct.
 
 // ot[c][*] = ot[c][*] * alpha + sum_{j < nb} pt[j][*] * v[j][c] for the U
 // value columns starting at c = 0 of v and ot.
@@ -250,11 +238,3 @@ QKV_FLASH_INLINE void Flash<O>::PackQueries(const Operands& op, int64_t rows,
     }
   }
 }
-
-}  // namespace QKV_SIMD_NAMESPACE
-}  // namespace qkv
-#ifdef HWY_AFTER_NAMESPACE
-HWY_AFTER_NAMESPACE();
-#endif
-
-#endif  // per-target include guard

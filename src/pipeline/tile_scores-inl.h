@@ -1,19 +1,7 @@
 // The pipeline (Flash<O>, src/pipeline/flash-inl.h): tile kernels, scores: a
 // tile's query rows in lanes against keys broadcast one at a time, for every
-// score kind. Included by flash-inl.h after the struct; per-target include
-// guard.
-#if defined(QKV_PIPELINE_TILE_SCORES_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef QKV_PIPELINE_TILE_SCORES_INL_H_
-#undef QKV_PIPELINE_TILE_SCORES_INL_H_
-#else
-#define QKV_PIPELINE_TILE_SCORES_INL_H_
-#endif
-
-#ifdef HWY_BEFORE_NAMESPACE
-HWY_BEFORE_NAMESPACE();
-#endif
-namespace qkv {
-namespace QKV_SIMD_NAMESPACE {
+// score kind. Included by flash-inl.h inside its per-target namespace, after
+// the struct.
 
 // One term of a score's sum: q . k (DOT), |q - k|^2 (GAUSSIAN), or
 // w_v tanh(q + k) (ADDITIVE, on projections).
@@ -142,11 +130,3 @@ QKV_FLASH_INLINE void Flash<O>::Scores(const Operands& op, const float* w_v,
       return ScoresOf<RV, kDot>(qt, R, k, d, ks, nb, 1.0f, w_v, st, pf);
   }
 }
-
-}  // namespace QKV_SIMD_NAMESPACE
-}  // namespace qkv
-#ifdef HWY_AFTER_NAMESPACE
-HWY_AFTER_NAMESPACE();
-#endif
-
-#endif  // per-target include guard

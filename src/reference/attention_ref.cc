@@ -174,7 +174,7 @@ struct KvRows {
     return KvRows{ValueSource(p, b, kvh)};
   }
   KvRow Row(int64_t j) const {
-    return KvRow{src.base + j * src.row_bytes, src.dtype, RowScale(src, j)};
+    return KvRow{KvRowAt(src, j), src.dtype, RowScale(src, j)};
   }
 };
 

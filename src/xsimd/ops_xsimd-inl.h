@@ -214,10 +214,11 @@ struct XsimdOps {
     return VI::load_aligned(lanes);
   }
 
-  // binary16: the F16C conversion instruction on AVX-512F and AVX2 (the
-  // integer operations measured 2.1x the time of S1 decoding on AVX2),
-  // elsewhere integer operations as in semantics.h's F16ToF32 (no
-  // subnormal f32 arithmetic, which ARMv7 NEON flushes).
+  // binary16: the F16C conversion instruction on AVX-512F and AVX2 (S1
+  // decoding with the integer operations measured far slower on AVX2:
+  // bench/README.md, "Low-precision K/V caches"), elsewhere integer
+  // operations as in semantics.h's F16ToF32 (no subnormal f32 arithmetic,
+  // which ARMv7 NEON flushes).
   static V LoadF16(const uint16_t* p) {
 #if defined(__AVX512F__)
     if constexpr (kAvx512) {
@@ -269,8 +270,9 @@ struct XsimdOps {
 
   // v[i] = row i in, column i out, for a kTransposeLanes-square block.
   // Always inlined, as Highway's: out of line, the block goes through
-  // memory (xsimd:avx2 S3 took 1.08x the time when GCC stopped inlining
-  // it after an unrelated change).
+  // memory (xsimd:avx2 S3 measured slower when GCC stopped inlining it
+  // after an unrelated change: bench/README.md, "Keys prefetched during
+  // the values on AMD").
   static inline __attribute__((always_inline)) void Transpose(V* v) {
 #ifdef QKV_TRANSPOSE_BITS
     if constexpr (kTransposeLanes != 0) {
