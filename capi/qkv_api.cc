@@ -338,19 +338,42 @@ int64_t WindowSide(int64_t side) {
   return side >= (int64_t{1} << 40) ? -1 : side;
 }
 
-// Validates the caller's descriptor `d` of struct_size `size` (not the data
-// pointers) into `plan`. A field is read only when it lies wholly inside
-// `size`; the others are at their defaults: scale 1/sqrt(head_dim), every
-// other field 0 or NULL. The descriptor is read where the caller keeps it,
-// through a pointer (a reference would let the compiler read past a shorter
-// descriptor). kFull: size == sizeof, every field is there. `why`: NULL, or
-// where to say why the descriptor is refused.
-template <bool kFull, bool kExplain>
-qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
-                    Why* why) {
+// PlanFrom's steps, in the order of its checks (the first invalid field is
+// the one reported). Each reads a field only when it lies wholly inside
+// `size` (QKV_HAS); the others are at their defaults. The descriptor is
+// read where the caller keeps it, through a pointer (a reference would let
+// the compiler read past a shorter descriptor). Always inlined: as one
+// function, the -Os firmware is the size it was.
 #define QKV_HAS(field) (kFull || QKV_FIELD_END(field) <= size)
 #define QKV_READ(field) (QKV_HAS(field) ? d->field : 0)
-  // The sizes have no default: a descriptor without them is invalid.
+#define QKV_PLAN_STEP \
+  template <bool kFull, bool kExplain> inline __attribute__((always_inline)) qkv_status
+
+// Every field of p that a descriptor may leave unset, at its default.
+// Optimizing for speed they are stored one by one (a memset of the whole
+// Problem was a sixth of a tiny call's boundary); for size one memset is
+// smaller.
+inline __attribute__((always_inline)) void SetDefaults(Problem* p) {
+#if defined(__OPTIMIZE_SIZE__)
+  memset(p, 0, sizeof(*p));
+#endif
+  p->valid_lens = nullptr;
+  p->valid_lens_per_query = false;
+  p->bias = nullptr;
+  p->bias_batch_stride = p->bias_head_stride = 0;
+  p->additive_hidden = 0;
+  p->w_q = p->w_k = p->w_v = nullptr;
+  p->window = false;
+  p->window_left = p->window_right = -1;
+  p->alibi_slopes = nullptr;
+  p->sinks = nullptr;
+  p->kv_start = nullptr;
+}
+
+// The sizes (no defaults: a descriptor without them is invalid) and the
+// GQA group, into p.
+QKV_PLAN_STEP PlanSizes(const qkv_attention_desc* d, size_t size, Problem* p,
+                        Why* why) {
   if (!QKV_HAS(value_dim)) {
     return QKV_INVALID(kWhyStructTooShort, nullptr,
                        static_cast<int64_t>(size),
@@ -381,6 +404,22 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
   if (group * kv_heads != q_heads) {
     return QKV_INVALID(kWhyGroup, nullptr, q_heads, kv_heads);
   }
+  p->batch = batch;
+  p->q_heads = q_heads;
+  p->kv_heads = kv_heads;
+  p->q_len = q_len;
+  p->kv_len = kv_len;
+  p->head_dim = head_dim;
+  p->value_dim = value_dim;
+  p->group = group;
+  return QKV_OK;
+}
+
+// The score kind, the masks, the scale; then whether every element count
+// and byte count is representable: q, k, v, out and weights (the rows,
+// lse, divide each).
+QKV_PLAN_STEP PlanScore(const qkv_attention_desc* d, size_t size, Problem* p,
+                        uint32_t* mask_out, Why* why) {
   // An out-of-range enum value is undefined behaviour to read as the enum in
   // C++, and that is exactly what a C caller may pass: read its bytes.
   int32_t score = QKV_SCORE_DOT;
@@ -395,52 +434,26 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
                                QKV_MASK_KV_START;
   const uint32_t mask = QKV_READ(mask);
   if ((mask & ~known_masks) != 0) return QKV_INVALID(kWhyMask, nullptr, mask);
-  const float scale = QKV_HAS(scale) ? d->scale : DefaultScale(head_dim);
+  const float scale = QKV_HAS(scale) ? d->scale : DefaultScale(p->head_dim);
   if (!isfinite(scale)) return QKV_INVALID_F(kWhyScale, "scale", 0, scale);
-
-  // Every element count and byte count must be representable: q, k, v, out
-  // and weights (the rows, lse, divide each).
-  if (!Count4(batch, q_heads, q_len, head_dim) ||
-      !Count4(batch, kv_heads, kv_len, head_dim) ||
-      !Count4(batch, kv_heads, kv_len, value_dim) ||
-      !Count4(batch, q_heads, q_len, value_dim) ||
-      !Count4(batch, q_heads, q_len, kv_len)) {
+  const int64_t b = p->batch, hq = p->q_heads, hk = p->kv_heads;
+  const int64_t lq = p->q_len, lk = p->kv_len;
+  if (!Count4(b, hq, lq, p->head_dim) || !Count4(b, hk, lk, p->head_dim) ||
+      !Count4(b, hk, lk, p->value_dim) || !Count4(b, hq, lq, p->value_dim) ||
+      !Count4(b, hq, lq, lk)) {
     return QKV_INVALID(kWhyTooLarge);
   }
-  // Rows of k and of out (lse): no overflow, the counts above are larger.
-  const int64_t kv_rows = batch * kv_heads * kv_len;
-  const int64_t n_rows = batch * q_heads * q_len;
+  p->score = static_cast<qkv_score>(score);
+  p->scale = scale;
+  p->causal = (mask & QKV_MASK_CAUSAL) != 0;
+  *mask_out = mask;
+  return QKV_OK;
+}
 
-  Problem& p = plan->problem;
-  // Every field is set here or below. Optimizing for speed the fields that
-  // may stay unset are stored one by one (a memset of the whole Problem was
-  // a sixth of a tiny call's boundary); for size one memset is smaller.
-#if defined(__OPTIMIZE_SIZE__)
-  memset(&p, 0, sizeof(p));
-#endif
-  p.valid_lens = nullptr;
-  p.valid_lens_per_query = false;
-  p.bias = nullptr;
-  p.bias_batch_stride = p.bias_head_stride = 0;
-  p.additive_hidden = 0;
-  p.w_q = p.w_k = p.w_v = nullptr;
-  p.window = false;
-  p.window_left = p.window_right = -1;
-  p.alibi_slopes = nullptr;
-  p.sinks = nullptr;
-  p.kv_start = nullptr;
-  p.batch = batch;
-  p.q_heads = q_heads;
-  p.kv_heads = kv_heads;
-  p.q_len = q_len;
-  p.kv_len = kv_len;
-  p.head_dim = head_dim;
-  p.value_dim = value_dim;
-  p.group = group;
-  p.score = static_cast<qkv_score>(score);
-  p.scale = scale;
-  p.causal = (mask & QKV_MASK_CAUSAL) != 0;
-
+// QKV_MASK_VALID_LENS and QKV_MASK_BIAS: their arrays and strides.
+QKV_PLAN_STEP PlanMasks(const qkv_attention_desc* d, size_t size, Problem* p,
+                        uint32_t mask, Why* why) {
+  const int64_t batch = p->batch, q_len = p->q_len, kv_len = p->kv_len;
   if (mask & QKV_MASK_VALID_LENS) {
     const int32_t* valid_lens = QKV_READ(valid_lens);
     const bool per_query = QKV_READ(valid_lens_per_query) != 0;
@@ -454,65 +467,76 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
                            kv_len);
       }
     }
-    p.valid_lens = valid_lens;
-    p.valid_lens_per_query = per_query;
+    p->valid_lens = valid_lens;
+    p->valid_lens_per_query = per_query;
   }
-  if (mask & QKV_MASK_BIAS) {
-    const float* bias = QKV_READ(bias);
-    const int64_t batch_stride = QKV_READ(bias_batch_stride);
-    const int64_t head_stride = QKV_READ(bias_head_stride);
-    if (bias == nullptr) {
-      return QKV_INVALID(kWhyNullArray, "bias", 0, QKV_MASK_BIAS);
-    }
-    if (batch_stride < 0) {
-      return QKV_INVALID(kWhyBiasStride, "bias_batch_stride", batch_stride);
-    }
-    if (head_stride < 0) {
-      return QKV_INVALID(kWhyBiasStride, "bias_head_stride", head_stride);
-    }
-    // The last element read: (B-1)*sb + (H-1)*sh + Lq*Lk - 1.
-    const int64_t last_b = Mul(batch > 0 ? batch - 1 : 0, batch_stride);
-    const int64_t last_h = Mul(q_heads - 1, head_stride);
-    // (Checked: with batch 0 the weights' count is 0 whatever q_len * kv_len
-    // is.)
-    const int64_t row_block = Mul(q_len, kv_len);
-    if (row_block < 0 || last_b < 0 || last_h < 0 ||
-        last_b > INT64_MAX - last_h ||
-        last_b + last_h > INT64_MAX - row_block ||
-        !Addressable(last_b + last_h + row_block)) {
-      return QKV_INVALID(kWhyTooLarge, "bias");
-    }
-    p.bias = bias;
-    p.bias_batch_stride = batch_stride;
-    p.bias_head_stride = head_stride;
+  if (!(mask & QKV_MASK_BIAS)) return QKV_OK;
+  const float* bias = QKV_READ(bias);
+  const int64_t batch_stride = QKV_READ(bias_batch_stride);
+  const int64_t head_stride = QKV_READ(bias_head_stride);
+  if (bias == nullptr) {
+    return QKV_INVALID(kWhyNullArray, "bias", 0, QKV_MASK_BIAS);
   }
-  if (score == QKV_SCORE_ADDITIVE) {
-    const int64_t hidden = QKV_READ(additive_hidden);
-    const float* w_q = QKV_READ(additive_w_q);
-    const float* w_k = QKV_READ(additive_w_k);
-    const float* w_v = QKV_READ(additive_w_v);
-    if (hidden <= 0) return QKV_INVALID(kWhyAdditiveHidden, nullptr, hidden);
-    if (w_q == nullptr) return QKV_INVALID(kWhyNullArray, "additive_w_q");
-    if (w_k == nullptr) return QKV_INVALID(kWhyNullArray, "additive_w_k");
-    if (w_v == nullptr) return QKV_INVALID(kWhyNullArray, "additive_w_v");
-    if (!Addressable(Mul(hidden, head_dim)) ||
-        kv_len == INT64_MAX || !Addressable(Mul(hidden, kv_len + 1)) ||
-        !Addressable(Mul(kv_rows, hidden)) ||
-        !Addressable(Mul(n_rows, hidden))) {
-      return QKV_INVALID(kWhyTooLarge, "additive_hidden");
-    }
-    p.additive_hidden = hidden;
-    p.w_q = w_q;
-    p.w_k = w_k;
-    p.w_v = w_v;
+  if (batch_stride < 0) {
+    return QKV_INVALID(kWhyBiasStride, "bias_batch_stride", batch_stride);
   }
-  const qkv_parallel_for_fn parallel_for = QKV_READ(parallel_for);
-  const size_t num_workers = QKV_READ(num_workers);
-  if (parallel_for != nullptr && num_workers == 0) {
-    return QKV_INVALID(kWhyWorkers);
+  if (head_stride < 0) {
+    return QKV_INVALID(kWhyBiasStride, "bias_head_stride", head_stride);
   }
+  // The last element read: (B-1)*sb + (H-1)*sh + Lq*Lk - 1.
+  const int64_t last_b = Mul(batch > 0 ? batch - 1 : 0, batch_stride);
+  const int64_t last_h = Mul(p->q_heads - 1, head_stride);
+  // (Checked: with batch 0 the weights' count is 0 whatever q_len * kv_len
+  // is.)
+  const int64_t row_block = Mul(q_len, kv_len);
+  if (row_block < 0 || last_b < 0 || last_h < 0 ||
+      last_b > INT64_MAX - last_h ||
+      last_b + last_h > INT64_MAX - row_block ||
+      !Addressable(last_b + last_h + row_block)) {
+    return QKV_INVALID(kWhyTooLarge, "bias");
+  }
+  p->bias = bias;
+  p->bias_batch_stride = batch_stride;
+  p->bias_head_stride = head_stride;
+  return QKV_OK;
+}
 
-  // ---- 0.2: element type, layouts, variants.
+// Additive scores: the hidden width and the three projections.
+QKV_PLAN_STEP PlanAdditive(const qkv_attention_desc* d, size_t size,
+                           Problem* p, Why* why) {
+  if (p->score != QKV_SCORE_ADDITIVE) return QKV_OK;
+  const int64_t hidden = QKV_READ(additive_hidden);
+  const float* w_q = QKV_READ(additive_w_q);
+  const float* w_k = QKV_READ(additive_w_k);
+  const float* w_v = QKV_READ(additive_w_v);
+  if (hidden <= 0) return QKV_INVALID(kWhyAdditiveHidden, nullptr, hidden);
+  if (w_q == nullptr) return QKV_INVALID(kWhyNullArray, "additive_w_q");
+  if (w_k == nullptr) return QKV_INVALID(kWhyNullArray, "additive_w_k");
+  if (w_v == nullptr) return QKV_INVALID(kWhyNullArray, "additive_w_v");
+  // Rows of k and of out (lse): no overflow, the counts are checked.
+  const int64_t kv_rows = p->batch * p->kv_heads * p->kv_len;
+  const int64_t n_rows = p->batch * p->q_heads * p->q_len;
+  if (!Addressable(Mul(hidden, p->head_dim)) || p->kv_len == INT64_MAX ||
+      !Addressable(Mul(hidden, p->kv_len + 1)) ||
+      !Addressable(Mul(kv_rows, hidden)) ||
+      !Addressable(Mul(n_rows, hidden))) {
+    return QKV_INVALID(kWhyTooLarge, "additive_hidden");
+  }
+  p->additive_hidden = hidden;
+  p->w_q = w_q;
+  p->w_k = w_k;
+  p->w_v = w_v;
+  return QKV_OK;
+}
+
+// 0.2: the element type of K and V, the strides of q, k, v and out, and
+// an I8 cache's scales.
+QKV_PLAN_STEP PlanLayouts(const qkv_attention_desc* d, size_t size,
+                          Plan* plan, Why* why) {
+  Problem& p = plan->problem;
+  const int64_t batch = p.batch, q_heads = p.q_heads, kv_heads = p.kv_heads;
+  const int64_t q_len = p.q_len, kv_len = p.kv_len;
+  const int64_t head_dim = p.head_dim, value_dim = p.value_dim;
   int32_t dtype = QKV_DTYPE_F32;
   static_assert(sizeof(dtype) == sizeof(d->kv_dtype), "qkv_dtype is 32 bits");
   if (QKV_HAS(kv_dtype)) memcpy(&dtype, &d->kv_dtype, sizeof(dtype));
@@ -544,73 +568,74 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
     p.ksc_sb = p.ksc_sh = p.ksc_st = p.vsc_sb = p.vsc_sh = p.vsc_st = 0;
     plan->ksc_end = plan->vsc_end = 0;
   }
-  if (kKvTypes && dtype == QKV_DTYPE_I8) {
-    // One scale per (batch, kv head, key) row of K and of V; their values
-    // are data, like K's and V's, and not checked.
-    p.k_scales = QKV_READ(k_scales);
-    p.v_scales = QKV_READ(v_scales);
-    st = Strides<kExplain>(QKV_HAS(k_scale_strides) ? d->k_scale_strides : zero,
-                           batch, kv_heads, kv_len, 1,
-                           kExplain ? &kKScaleStrides : nullptr, false,
-                           &p.ksc_sb, &p.ksc_sh, &p.ksc_st, &plan->ksc_end, why);
-    if (st != QKV_OK) return st;
-    st = Strides<kExplain>(QKV_HAS(v_scale_strides) ? d->v_scale_strides : zero,
+  if (!kKvTypes || dtype != QKV_DTYPE_I8) return QKV_OK;
+  // One scale per (batch, kv head, key) row of K and of V; their values
+  // are data, like K's and V's, and not checked.
+  p.k_scales = QKV_READ(k_scales);
+  p.v_scales = QKV_READ(v_scales);
+  st = Strides<kExplain>(QKV_HAS(k_scale_strides) ? d->k_scale_strides : zero,
+                         batch, kv_heads, kv_len, 1,
+                         kExplain ? &kKScaleStrides : nullptr, false,
+                         &p.ksc_sb, &p.ksc_sh, &p.ksc_st, &plan->ksc_end, why);
+  if (st != QKV_OK) return st;
+  return Strides<kExplain>(QKV_HAS(v_scale_strides) ? d->v_scale_strides : zero,
                            batch, kv_heads, kv_len, 1,
                            kExplain ? &kVScaleStrides : nullptr, false,
                            &p.vsc_sb, &p.vsc_sh, &p.vsc_st, &plan->vsc_end, why);
-    if (st != QKV_OK) return st;
-  }
+}
+
+// The variants: window, ALiBi slopes, softcap, query positions, sinks,
+// per-batch first keys.
+QKV_PLAN_STEP PlanVariants(const qkv_attention_desc* d, size_t size,
+                           Problem* p, uint32_t mask, Why* why) {
   if (mask & QKV_MASK_WINDOW) {
-    p.window = true;
-    p.window_left = WindowSide(QKV_READ(window_left));
-    p.window_right = WindowSide(QKV_READ(window_right));
+    p->window = true;
+    p->window_left = WindowSide(QKV_READ(window_left));
+    p->window_right = WindowSide(QKV_READ(window_right));
   }
   const float* slopes = QKV_READ(alibi_slopes);
   if (slopes != nullptr) {
-    for (int64_t h = 0; h < q_heads; ++h) {
+    for (int64_t h = 0; h < p->q_heads; ++h) {
       if (!isfinite(slopes[h])) {
         return QKV_INVALID_F(kWhyNotFinite, "alibi_slopes", h, slopes[h]);
       }
     }
-    p.alibi_slopes = slopes;
+    p->alibi_slopes = slopes;
   }
   const float softcap = QKV_HAS(softcap) ? d->softcap : 0.0f;
   if (!(softcap >= 0.0f) || !isfinite(softcap)) {
     return QKV_INVALID_F(kWhySoftcap, "softcap", 0, softcap);
   }
-  p.softcap = softcap;
-  p.q_pos = QKV_READ(q_pos);
+  p->softcap = softcap;
+  p->q_pos = QKV_READ(q_pos);
   const float* sinks = QKV_READ(sinks);
   if (sinks != nullptr) {
-    for (int64_t h = 0; h < q_heads; ++h) {
+    for (int64_t h = 0; h < p->q_heads; ++h) {
       if (isnan(sinks[h]) || sinks[h] == INFINITY) {
         return QKV_INVALID_F(kWhySink, "sinks", h, sinks[h]);
       }
     }
-    p.sinks = sinks;
+    p->sinks = sinks;
   }
-  if (mask & QKV_MASK_KV_START) {
-    const int32_t* kv_start = QKV_READ(kv_start);
-    if (kv_start == nullptr) {
-      return QKV_INVALID(kWhyNullArray, "kv_start", 0, QKV_MASK_KV_START);
-    }
-    for (int64_t b = 0; b < batch; ++b) {
-      if (kv_start[b] < 0 || kv_start[b] > kv_len) {
-        return QKV_INVALID(kWhyIndexRange, "kv_start", b, kv_start[b], kv_len);
-      }
-    }
-    p.kv_start = kv_start;
+  if (!(mask & QKV_MASK_KV_START)) return QKV_OK;
+  const int32_t* kv_start = QKV_READ(kv_start);
+  if (kv_start == nullptr) {
+    return QKV_INVALID(kWhyNullArray, "kv_start", 0, QKV_MASK_KV_START);
   }
+  for (int64_t b = 0; b < p->batch; ++b) {
+    if (kv_start[b] < 0 || kv_start[b] > p->kv_len) {
+      return QKV_INVALID(kWhyIndexRange, "kv_start", b, kv_start[b], p->kv_len);
+    }
+  }
+  p->kv_start = kv_start;
+  return QKV_OK;
+}
 
-  plan->parallel_for = parallel_for;
-  plan->parallel_ctx = QKV_READ(parallel_ctx);
-  plan->workers = parallel_for != nullptr ? num_workers : 1;
-  p.workers = static_cast<int64_t>(plan->workers);
-  plan->engine = nullptr;
-  plan->empty = batch == 0 || q_len == 0;
-  plan->no_keys = kv_len == 0;
-  // Valid, but maybe not servable here. A longer descriptor with non-zero
-  // bytes past ours sets fields this library does not know.
+// Valid, but maybe not servable here: a longer descriptor with non-zero
+// bytes past ours sets fields this library does not know; lengths past
+// int32; K/V types a build without them does not serve.
+QKV_PLAN_STEP PlanServable(const qkv_attention_desc* d, size_t size,
+                           const Plan* plan, Why* why) {
   if (!kFull) {
     const unsigned char* bytes = reinterpret_cast<const unsigned char*>(d);
     for (size_t i = sizeof(qkv_attention_desc); i < size; ++i) {
@@ -621,21 +646,61 @@ qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
       }
     }
   }
+  const int64_t q_len = plan->problem.q_len, kv_len = plan->problem.kv_len;
   if (q_len > INT32_MAX) {
     return QKV_REFUSE(QKV_ERR_UNSUPPORTED, kWhyLength32, "q_len", q_len);
   }
   if (kv_len > INT32_MAX) {
     return QKV_REFUSE(QKV_ERR_UNSUPPORTED, kWhyLength32, "kv_len", kv_len);
   }
-  if (!kKvTypes && dtype != QKV_DTYPE_F32) {
-    return QKV_REFUSE(QKV_ERR_UNSUPPORTED, kWhyDtypeUnserved, nullptr, dtype);
+  if (!kKvTypes && plan->kv_dtype != QKV_DTYPE_F32) {
+    return QKV_REFUSE(QKV_ERR_UNSUPPORTED, kWhyDtypeUnserved, nullptr,
+                      plan->kv_dtype);
   }
+  return QKV_OK;
+}
+
+// Validates the caller's descriptor `d` of struct_size `size` (not the data
+// pointers) into `plan`: the steps above, in order. A field is read only
+// when it lies wholly inside `size`; the others are at their defaults:
+// scale 1/sqrt(head_dim), every other field 0 or NULL. kFull: size ==
+// sizeof, every field is there. `why`: NULL, or where to say why the
+// descriptor is refused.
+template <bool kFull, bool kExplain>
+qkv_status PlanFrom(const qkv_attention_desc* d, size_t size, Plan* plan,
+                    Why* why) {
+  Problem& p = plan->problem;
+  SetDefaults(&p);
+  uint32_t mask = 0;
+  qkv_status st = PlanSizes<kFull, kExplain>(d, size, &p, why);
+  if (st == QKV_OK) st = PlanScore<kFull, kExplain>(d, size, &p, &mask, why);
+  if (st == QKV_OK) st = PlanMasks<kFull, kExplain>(d, size, &p, mask, why);
+  if (st == QKV_OK) st = PlanAdditive<kFull, kExplain>(d, size, &p, why);
+  if (st != QKV_OK) return st;
+  const qkv_parallel_for_fn parallel_for = QKV_READ(parallel_for);
+  const size_t num_workers = QKV_READ(num_workers);
+  if (parallel_for != nullptr && num_workers == 0) {
+    return QKV_INVALID(kWhyWorkers);
+  }
+  st = PlanLayouts<kFull, kExplain>(d, size, plan, why);
+  if (st == QKV_OK) st = PlanVariants<kFull, kExplain>(d, size, &p, mask, why);
+  if (st != QKV_OK) return st;
+  plan->parallel_for = parallel_for;
+  plan->parallel_ctx = QKV_READ(parallel_ctx);
+  plan->workers = parallel_for != nullptr ? num_workers : 1;
+  p.workers = static_cast<int64_t>(plan->workers);
+  plan->engine = nullptr;
+  plan->empty = p.batch == 0 || p.q_len == 0;
+  plan->no_keys = p.kv_len == 0;
+  st = PlanServable<kFull, kExplain>(d, size, plan, why);
+  if (st != QKV_OK) return st;
   // MakePlan picks the engine for the backend, once this frame is gone.
   plan->backend = QKV_READ(backend);
   return QKV_OK;
+}
+#undef QKV_PLAN_STEP
 #undef QKV_READ
 #undef QKV_HAS
-}
 
 // Picks the engine for plan->backend and sizes the workspace.
 template <bool kExplain>

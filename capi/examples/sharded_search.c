@@ -577,212 +577,267 @@ static int ParseArgs(int argc, char **argv, int verbose, Config *cfg) {
 /* Main                                                                     */
 /* ------------------------------------------------------------------------ */
 
-int main(int argc, char **argv) {
+/* One rank's run: its shard of the documents, the shared queries, the
+ * buffers of its call and of the reduction, and the timings. */
+typedef struct Run {
   Config cfg;
-  int provided = 0, rank = 0, ranks = 1, rep, status = 0, r;
-  int64_t begin, len, i;
-  int64_t q, v;
-  float *queries, *keys, *values, *bias, *out, *lse, *packed, *merged = NULL,
-        *gathered = NULL;
+  int rank, ranks;
+  int64_t begin, len; /* this rank's documents [begin, begin + len) */
+  float *queries, *keys, *values, *bias, *out, *lse, *packed;
+  float *merged, *gathered; /* rank 0 */
   int32_t *valid;
   qkv_attention_desc desc;
-  size_t ws_bytes = 0;
-  void *ws = NULL;
+  size_t ws_bytes;
+  void *ws;
   Pool pool;
   MPI_Datatype row_type;
   MPI_Op merge_op;
-  double *t_local, *t_merge, *t_total, *max_local = NULL, *max_merge = NULL;
-  uint64_t first_hash = 0;
-  int repeat_mismatch = 0;
+  double *t_local, *t_merge, *t_total, *max_local, *max_merge;
+  uint64_t first_hash;
+  int repeat_mismatch;
+} Run;
 
+/* This rank's documents, the shared query batch, the masks' inputs, the
+ * call's descriptor and workspace, the reduction's types. */
+static void SetUp(Run *run) {
+  const Config *cfg = &run->cfg;
+  const int64_t q = cfg->queries, v = cfg->value_dim, len = run->len;
+  int64_t i;
+  run->queries = (float *)Alloc(sizeof(float) * (size_t)(q * cfg->dim));
+  run->keys = (float *)Alloc(sizeof(float) * (size_t)(len * cfg->dim));
+  run->values = (float *)Alloc(sizeof(float) * (size_t)(len * v));
+  run->bias = (float *)Alloc(sizeof(float) * (size_t)(cfg->bias ? q * len : 1));
+  run->valid = (int32_t *)Alloc(sizeof(int32_t) * (size_t)q);
+  run->out = (float *)Alloc(sizeof(float) * (size_t)(q * v));
+  run->lse = (float *)Alloc(sizeof(float) * (size_t)q);
+  run->packed = (float *)Alloc(sizeof(float) * (size_t)(q * (v + 1)));
+  MakeQueries(cfg, run->queries);
+  for (i = 0; i < len; ++i) {
+    DocRow(kStreamKey, run->begin + i, cfg->dim, &run->keys[i * cfg->dim]);
+    DocRow(kStreamValue, run->begin + i, v, &run->values[i * v]);
+  }
+  PoolStart(&run->pool, (size_t)cfg->threads);
+  if (len > 0) { /* qkv needs kv_len >= 1: an empty shard makes no call */
+    InitDesc(cfg, run->begin, len, run->valid, run->bias, &run->desc);
+    if (cfg->threads > 1) {
+      run->desc.parallel_for = ParallelFor;
+      run->desc.parallel_ctx = &run->pool;
+      run->desc.num_workers = (size_t)cfg->threads;
+    }
+    run->ws_bytes = qkv_attention_workspace_size(&run->desc);
+    run->ws = run->ws_bytes ? Alloc(run->ws_bytes) : NULL;
+  }
+  CHECK_MPI(MPI_Type_contiguous((int)(v + 1), MPI_FLOAT, &run->row_type));
+  CHECK_MPI(MPI_Type_commit(&run->row_type));
+  CHECK_MPI(MPI_Op_create(MergeRows, 0 /* not commutative: keep rank order */,
+                          &run->merge_op));
+  if (run->rank == 0) {
+    run->merged = (float *)Alloc(sizeof(float) * (size_t)(q * (v + 1)));
+    if (cfg->gather) {
+      run->gathered = (float *)Alloc(sizeof(float) * (size_t)(run->ranks * q * (v + 1)));
+    }
+  }
+  run->t_local = (double *)Alloc(sizeof(double) * (size_t)cfg->reps);
+  run->t_merge = (double *)Alloc(sizeof(double) * (size_t)cfg->reps);
+  run->t_total = (double *)Alloc(sizeof(double) * (size_t)cfg->reps);
+}
+
+/* Rank 0's first lines: the problem and the shards. */
+static void PrintHeader(const Run *run) {
+  const Config *cfg = &run->cfg;
+  int r;
+  printf("sharded search on %s: %lld documents over %d ranks, %lld queries, "
+         "d = %lld, dv = %lld, mask %s, combine %s, %d thread%s per rank\n",
+         qkv_backend(), (long long)cfg->docs, run->ranks, (long long)cfg->queries,
+         (long long)cfg->dim, (long long)cfg->value_dim,
+         cfg->valid && cfg->bias ? "both" : cfg->valid ? "valid" : cfg->bias ? "bias" : "none",
+         cfg->gather ? "gather" : "reduce", cfg->threads, cfg->threads > 1 ? "s" : "");
+  printf("shards:");
+  for (r = 0; r < run->ranks; ++r) {
+    int64_t b, n;
+    Shard(cfg->docs, run->ranks, r, &b, &n);
+    printf(" %lld", (long long)n);
+  }
+  printf("\n");
+}
+
+/* This rank's call (or the empty shard's result) into run->out and lse. */
+static void LocalAttention(Run *run) {
+  const int64_t q = run->cfg.queries, v = run->cfg.value_dim;
+  int64_t i;
+  if (run->len > 0) {
+    const qkv_status st = qkv_attention_f32(&run->desc, run->queries, run->keys, run->values,
+                                            run->out, NULL, run->lse, run->ws, run->ws_bytes);
+    if (st != QKV_OK) {
+      fprintf(stderr, "rank %d: qkv_attention_f32: %s\n", run->rank, qkv_status_string(st));
+      MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+  } else { /* no document: every row saw nothing */
+    memset(run->out, 0, sizeof(float) * (size_t)(q * v));
+    for (i = 0; i < q; ++i) run->lse[i] = -INFINITY;
+  }
+}
+
+/* The ranks' packed rows merged on rank 0, by MPI_Reduce or gathered and
+ * merged in rank order (((r0 + r1) + r2) + ...). */
+static void Combine(Run *run) {
+  const int64_t q = run->cfg.queries, v = run->cfg.value_dim;
+  int r;
+  if (!run->cfg.gather) {
+    CHECK_MPI(MPI_Reduce(run->packed, run->merged, (int)q, run->row_type, run->merge_op, 0,
+                         MPI_COMM_WORLD));
+    return;
+  }
+  CHECK_MPI(MPI_Gather(run->packed, (int)q, run->row_type, run->gathered, (int)q,
+                       run->row_type, 0, MPI_COMM_WORLD));
+  if (run->rank == 0) {
+    int rows = (int)q;
+    memcpy(run->merged, run->gathered, sizeof(float) * (size_t)(q * (v + 1)));
+    for (r = 1; r < run->ranks; ++r) {
+      MergeRows(&run->gathered[(int64_t)r * q * (v + 1)], run->merged, &rows, &run->row_type);
+    }
+  }
+}
+
+/* Timing. Per repetition and rank: local = the qkv call, merge = time
+ * inside MergeRows, total = barrier exit to the result on rank 0. One
+ * untimed warm-up repetition first; every repetition must give rank 0 the
+ * same bits. */
+static void Repeat(Run *run) {
+  int rep;
+  for (rep = -1; rep < run->cfg.reps; ++rep) {
+    double t0, t1, t2;
+    CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    g_merge_seconds = 0.0;
+    t0 = MPI_Wtime();
+    LocalAttention(run);
+    t1 = MPI_Wtime();
+    Pack(&run->cfg, run->out, run->lse, run->packed);
+    Combine(run);
+    t2 = MPI_Wtime();
+    if (rep >= 0) {
+      run->t_local[rep] = t1 - t0;
+      run->t_merge[rep] = g_merge_seconds;
+      run->t_total[rep] = t2 - t0;
+    }
+    if (run->rank == 0) {
+      const uint64_t h = ResultHash(run->merged, run->cfg.queries, run->cfg.value_dim);
+      if (rep == -1) run->first_hash = h;
+      if (h != run->first_hash) run->repeat_mismatch = 1;
+    }
+  }
+  if (run->rank == 0) {
+    run->max_local = (double *)Alloc(sizeof(double) * (size_t)run->cfg.reps);
+    run->max_merge = (double *)Alloc(sizeof(double) * (size_t)run->cfg.reps);
+  }
+  CHECK_MPI(MPI_Reduce(run->t_local, run->max_local, run->cfg.reps, MPI_DOUBLE, MPI_MAX, 0,
+                       MPI_COMM_WORLD));
+  CHECK_MPI(MPI_Reduce(run->t_merge, run->max_merge, run->cfg.reps, MPI_DOUBLE, MPI_MAX, 0,
+                       MPI_COMM_WORLD));
+}
+
+/* Rank 0's report: the median over repetitions of its total (the batch
+ * latency) and of the fractions max-over-ranks local / total (the slowest
+ * shard gates the reduction), max-over-ranks merge / total, and the rest
+ * (packing, messages, waiting); an answer; the checks. Returns the exit
+ * status. */
+static int Report(const Run *run) {
+  const Config *cfg = &run->cfg;
+  const int64_t q = cfg->queries, v = cfg->value_dim;
+  const float *merged = run->merged;
+  double *f_local = (double *)Alloc(sizeof(double) * (size_t)cfg->reps);
+  double *f_merge = (double *)Alloc(sizeof(double) * (size_t)cfg->reps);
+  double *f_rest = (double *)Alloc(sizeof(double) * (size_t)cfg->reps);
+  double ms, pl, pm, pr;
+  int64_t empty = 0, i;
+  int rep, r, status = 0;
+  for (rep = 0; rep < cfg->reps; ++rep) {
+    const double t = run->t_total[rep] > 0 ? run->t_total[rep] : 1e-12;
+    const double rest = t - run->max_local[rep] - run->max_merge[rep];
+    f_local[rep] = run->max_local[rep] / t;
+    f_merge[rep] = run->max_merge[rep] / t;
+    f_rest[rep] = rest > 0 ? rest / t : 0.0;
+  }
+  ms = 1e3 * Median(run->t_total, cfg->reps);
+  pl = 100 * Median(f_local, cfg->reps);
+  pm = 100 * Median(f_merge, cfg->reps);
+  pr = 100 * Median(f_rest, cfg->reps);
+  for (i = 0; i < q; ++i) empty += merged[i * (v + 1) + v] == -INFINITY;
+  printf("%d repetitions: median %.3f ms per query batch; local attention %.1f%%, "
+         "merge function %.1f%%, rest of the reduction %.1f%%\n",
+         cfg->reps, ms, pl, pm, pr);
+  /* One line for scripts (bench/mpi_scaling.sh). */
+  printf("timing: ranks=%d docs=%lld per_rank=%lld queries=%lld median_ms=%.4f "
+         "local_pct=%.2f merge_pct=%.2f rest_pct=%.2f\n",
+         run->ranks, (long long)cfg->docs,
+         (long long)((cfg->docs + run->ranks - 1) / run->ranks), (long long)q, ms, pl, pm, pr);
+  /* The answer to query 1 (query 0 sees nothing under --mask valid). */
+  i = q > 1 ? 1 : 0;
+  printf("query %lld: lse %.5f, answer (%.5f", (long long)i, merged[i * (v + 1) + v],
+         merged[i * (v + 1)]);
+  for (r = 1; r < 4 && r < v; ++r) printf(", %.5f", merged[i * (v + 1) + r]);
+  printf("%s); %lld of %lld queries saw no document\n", v > 4 ? ", ..." : "",
+         (long long)empty, (long long)q);
+  free(f_local);
+  free(f_merge);
+  free(f_rest);
+  if (run->repeat_mismatch) {
+    fprintf(stderr, "FAILED: repetitions gave different bits\n");
+    status = 1;
+  }
+  if (cfg->check && CheckAgainstFullCall(cfg, run->queries, merged) != 0) status = 1;
+  printf("result-hash: %016llx\n", (unsigned long long)run->first_hash);
+  return status;
+}
+
+static void TearDown(Run *run) {
+  CHECK_MPI(MPI_Op_free(&run->merge_op));
+  CHECK_MPI(MPI_Type_free(&run->row_type));
+  PoolStop(&run->pool);
+  free(run->ws);
+  free(run->queries);
+  free(run->keys);
+  free(run->values);
+  free(run->bias);
+  free(run->valid);
+  free(run->out);
+  free(run->lse);
+  free(run->packed);
+  free(run->merged);
+  free(run->gathered);
+  free(run->t_local);
+  free(run->t_merge);
+  free(run->t_total);
+  free(run->max_local);
+  free(run->max_merge);
+}
+
+int main(int argc, char **argv) {
+  Run run;
+  int provided = 0, status = 0;
+  memset(&run, 0, sizeof(run));
+  run.ranks = 1;
   /* Only the main thread calls MPI; the pool's threads run qkv tasks. */
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
     fprintf(stderr, "sharded_search: MPI_Init_thread failed\n");
     return 3;
   }
   CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
-  CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &ranks));
-  if (ParseArgs(argc, argv, rank == 0, &cfg) != 0) {
+  CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &run.rank));
+  CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &run.ranks));
+  if (ParseArgs(argc, argv, run.rank == 0, &run.cfg) != 0) {
     MPI_Finalize();
     return 2;
   }
-  if (provided < MPI_THREAD_FUNNELED && cfg.threads > 1 && rank == 0) {
+  if (provided < MPI_THREAD_FUNNELED && run.cfg.threads > 1 && run.rank == 0) {
     fprintf(stderr, "note: MPI gives thread level %d < MPI_THREAD_FUNNELED\n", provided);
   }
-  q = cfg.queries;
-  v = cfg.value_dim;
-  Shard(cfg.docs, ranks, rank, &begin, &len);
-
-  /* This rank's documents, the shared query batch, the masks' inputs. */
-  queries = (float *)Alloc(sizeof(float) * (size_t)(q * cfg.dim));
-  keys = (float *)Alloc(sizeof(float) * (size_t)(len * cfg.dim));
-  values = (float *)Alloc(sizeof(float) * (size_t)(len * v));
-  bias = (float *)Alloc(sizeof(float) * (size_t)(cfg.bias ? q * len : 1));
-  valid = (int32_t *)Alloc(sizeof(int32_t) * (size_t)q);
-  out = (float *)Alloc(sizeof(float) * (size_t)(q * v));
-  lse = (float *)Alloc(sizeof(float) * (size_t)q);
-  packed = (float *)Alloc(sizeof(float) * (size_t)(q * (v + 1)));
-  MakeQueries(&cfg, queries);
-  for (i = 0; i < len; ++i) {
-    DocRow(kStreamKey, begin + i, cfg.dim, &keys[i * cfg.dim]);
-    DocRow(kStreamValue, begin + i, v, &values[i * v]);
-  }
-  PoolStart(&pool, (size_t)cfg.threads);
-  if (len > 0) { /* qkv needs kv_len >= 1: an empty shard makes no call */
-    InitDesc(&cfg, begin, len, valid, bias, &desc);
-    if (cfg.threads > 1) {
-      desc.parallel_for = ParallelFor;
-      desc.parallel_ctx = &pool;
-      desc.num_workers = (size_t)cfg.threads;
-    }
-    ws_bytes = qkv_attention_workspace_size(&desc);
-    ws = ws_bytes ? Alloc(ws_bytes) : NULL;
-  }
-
-  CHECK_MPI(MPI_Type_contiguous((int)(v + 1), MPI_FLOAT, &row_type));
-  CHECK_MPI(MPI_Type_commit(&row_type));
-  CHECK_MPI(MPI_Op_create(MergeRows, 0 /* not commutative: keep rank order */, &merge_op));
-  if (rank == 0) {
-    merged = (float *)Alloc(sizeof(float) * (size_t)(q * (v + 1)));
-    if (cfg.gather) gathered = (float *)Alloc(sizeof(float) * (size_t)(ranks * q * (v + 1)));
-    printf("sharded search on %s: %lld documents over %d ranks, %lld queries, "
-           "d = %lld, dv = %lld, mask %s, combine %s, %d thread%s per rank\n",
-           qkv_backend(), (long long)cfg.docs, ranks, (long long)q, (long long)cfg.dim,
-           (long long)v,
-           cfg.valid && cfg.bias ? "both" : cfg.valid ? "valid" : cfg.bias ? "bias" : "none",
-           cfg.gather ? "gather" : "reduce", cfg.threads, cfg.threads > 1 ? "s" : "");
-    printf("shards:");
-    for (r = 0; r < ranks; ++r) {
-      int64_t b, n;
-      Shard(cfg.docs, ranks, r, &b, &n);
-      printf(" %lld", (long long)n);
-    }
-    printf("\n");
-  }
-
-  /* Timing. Per repetition and rank: local = the qkv call, merge = time
-   * inside MergeRows, total = barrier exit to the result on rank 0. Rank 0
-   * reports the median over repetitions of its total (the batch latency)
-   * and of the fractions max-over-ranks local / total (the slowest shard
-   * gates the reduction), max-over-ranks merge / total, and the rest
-   * (packing, messages, waiting). One untimed warm-up repetition first. */
-  t_local = (double *)Alloc(sizeof(double) * (size_t)cfg.reps);
-  t_merge = (double *)Alloc(sizeof(double) * (size_t)cfg.reps);
-  t_total = (double *)Alloc(sizeof(double) * (size_t)cfg.reps);
-  for (rep = -1; rep < cfg.reps; ++rep) {
-    double t0, t1, t2;
-    CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
-    g_merge_seconds = 0.0;
-    t0 = MPI_Wtime();
-    if (len > 0) {
-      const qkv_status st =
-          qkv_attention_f32(&desc, queries, keys, values, out, NULL, lse, ws, ws_bytes);
-      if (st != QKV_OK) {
-        fprintf(stderr, "rank %d: qkv_attention_f32: %s\n", rank, qkv_status_string(st));
-        MPI_Abort(MPI_COMM_WORLD, 3);
-      }
-    } else { /* no document: every row saw nothing */
-      memset(out, 0, sizeof(float) * (size_t)(q * v));
-      for (i = 0; i < q; ++i) lse[i] = -INFINITY;
-    }
-    t1 = MPI_Wtime();
-    Pack(&cfg, out, lse, packed);
-    if (!cfg.gather) {
-      CHECK_MPI(MPI_Reduce(packed, merged, (int)q, row_type, merge_op, 0, MPI_COMM_WORLD));
-    } else {
-      CHECK_MPI(MPI_Gather(packed, (int)q, row_type, gathered, (int)q, row_type, 0,
-                           MPI_COMM_WORLD));
-      if (rank == 0) { /* (((r0 + r1) + r2) + ...) */
-        int rows = (int)q;
-        memcpy(merged, gathered, sizeof(float) * (size_t)(q * (v + 1)));
-        for (r = 1; r < ranks; ++r) {
-          MergeRows(&gathered[(int64_t)r * q * (v + 1)], merged, &rows, &row_type);
-        }
-      }
-    }
-    t2 = MPI_Wtime();
-    if (rep >= 0) {
-      t_local[rep] = t1 - t0;
-      t_merge[rep] = g_merge_seconds;
-      t_total[rep] = t2 - t0;
-    }
-    if (rank == 0) { /* every repetition must give the same bits */
-      const uint64_t h = ResultHash(merged, q, v);
-      if (rep == -1) first_hash = h;
-      if (h != first_hash) repeat_mismatch = 1;
-    }
-  }
-  if (rank == 0) {
-    max_local = (double *)Alloc(sizeof(double) * (size_t)cfg.reps);
-    max_merge = (double *)Alloc(sizeof(double) * (size_t)cfg.reps);
-  }
-  CHECK_MPI(MPI_Reduce(t_local, max_local, cfg.reps, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
-  CHECK_MPI(MPI_Reduce(t_merge, max_merge, cfg.reps, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
-
-  if (rank == 0) {
-    double *f_local = (double *)Alloc(sizeof(double) * (size_t)cfg.reps);
-    double *f_merge = (double *)Alloc(sizeof(double) * (size_t)cfg.reps);
-    double *f_rest = (double *)Alloc(sizeof(double) * (size_t)cfg.reps);
-    double ms, pl, pm, pr;
-    int64_t empty = 0;
-    for (rep = 0; rep < cfg.reps; ++rep) {
-      const double t = t_total[rep] > 0 ? t_total[rep] : 1e-12;
-      const double rest = t - max_local[rep] - max_merge[rep];
-      f_local[rep] = max_local[rep] / t;
-      f_merge[rep] = max_merge[rep] / t;
-      f_rest[rep] = rest > 0 ? rest / t : 0.0;
-    }
-    ms = 1e3 * Median(t_total, cfg.reps);
-    pl = 100 * Median(f_local, cfg.reps);
-    pm = 100 * Median(f_merge, cfg.reps);
-    pr = 100 * Median(f_rest, cfg.reps);
-    for (i = 0; i < q; ++i) empty += merged[i * (v + 1) + v] == -INFINITY;
-    printf("%d repetitions: median %.3f ms per query batch; local attention %.1f%%, "
-           "merge function %.1f%%, rest of the reduction %.1f%%\n",
-           cfg.reps, ms, pl, pm, pr);
-    /* One line for scripts (bench/mpi_scaling.sh). */
-    printf("timing: ranks=%d docs=%lld per_rank=%lld queries=%lld median_ms=%.4f "
-           "local_pct=%.2f merge_pct=%.2f rest_pct=%.2f\n",
-           ranks, (long long)cfg.docs, (long long)((cfg.docs + ranks - 1) / ranks),
-           (long long)q, ms, pl, pm, pr);
-    /* The answer to query 1 (query 0 sees nothing under --mask valid). */
-    i = q > 1 ? 1 : 0;
-    printf("query %lld: lse %.5f, answer (%.5f", (long long)i, merged[i * (v + 1) + v],
-           merged[i * (v + 1)]);
-    for (r = 1; r < 4 && r < v; ++r) printf(", %.5f", merged[i * (v + 1) + r]);
-    printf("%s); %lld of %lld queries saw no document\n", v > 4 ? ", ..." : "",
-           (long long)empty, (long long)q);
-    free(f_local);
-    free(f_merge);
-    free(f_rest);
-    if (repeat_mismatch) {
-      fprintf(stderr, "FAILED: repetitions gave different bits\n");
-      status = 1;
-    }
-    if (cfg.check && CheckAgainstFullCall(&cfg, queries, merged) != 0) status = 1;
-    printf("result-hash: %016llx\n", (unsigned long long)first_hash);
-  }
-
-  CHECK_MPI(MPI_Op_free(&merge_op));
-  CHECK_MPI(MPI_Type_free(&row_type));
-  PoolStop(&pool);
-  free(ws);
-  free(queries);
-  free(keys);
-  free(values);
-  free(bias);
-  free(valid);
-  free(out);
-  free(lse);
-  free(packed);
-  free(merged);
-  free(gathered);
-  free(t_local);
-  free(t_merge);
-  free(t_total);
-  free(max_local);
-  free(max_merge);
+  Shard(run.cfg.docs, run.ranks, run.rank, &run.begin, &run.len);
+  SetUp(&run);
+  if (run.rank == 0) PrintHeader(&run);
+  Repeat(&run);
+  if (run.rank == 0) status = Report(&run);
+  TearDown(&run);
   MPI_Finalize();
   return status;
 }

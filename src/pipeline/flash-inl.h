@@ -411,7 +411,7 @@ struct Flash {
 
   // plan-inl.h: every choice: the call's plan, each task's path, the row
   // and interleaved-heads paths' plans.
-  static CallPlan PlanCall(const Problem& p);
+  static QKV_FLASH_INLINE CallPlan PlanCall(const Problem& p);
   static PathBit RowSchedule(const Problem& p);
   static PathBit TaskPath(const CallPlan& c, const Problem& p,
                           const Operands& op, const TileTask& t);

@@ -90,11 +90,19 @@ inline void Flash<O>::RunTile(const Problem& p, const Operands& op,
   const V neg_inf = O::Set(-INFINITY);
   V m0 = neg_inf, m1 = neg_inf;
   V l0 = O::Zero(), l1 = O::Zero();
-  const bool prefetch = PrefetchesKv(p);
   const EpilogueTerms terms = TermsOf(p);
-  for (int64_t j0 = keys.begin; j0 < keys.end; j0 += kBlockKeys) {
-    TileBlock<RV>(p, op, tile, rows, R, keys, terms, j0, prefetch, &m0, &l0,
-                  &m1, &l1);
+  // A loop with and one without prefetches (GCC unswitched it only while
+  // the loop stayed under its size limit).
+  if (PrefetchesKv(p)) {
+    for (int64_t j0 = keys.begin; j0 < keys.end; j0 += kBlockKeys) {
+      TileBlock<RV>(p, op, tile, rows, R, keys, terms, j0, true, &m0, &l0,
+                    &m1, &l1);
+    }
+  } else {
+    for (int64_t j0 = keys.begin; j0 < keys.end; j0 += kBlockKeys) {
+      TileBlock<RV>(p, op, tile, rows, R, keys, terms, j0, false, &m0, &l0,
+                    &m1, &l1);
+    }
   }
   StoreRunning<RV>(tile, m0, l0, m1, l1);
   if (KeySplits(p) > 1 &&

@@ -24,8 +24,8 @@ QKV_FLASH_INLINE void Flash<O>::TinyTranspose(const Problem& p,
   const int64_t N = static_cast<int64_t>(O::Lanes());
   const int64_t d = op.dim, dv = p.value_dim, lk = p.kv_len;
   const int32_t count = static_cast<int32_t>(lk);
-  const float* k = op.convert_k ? nullptr : KeysInPlace(op, 0);
-  const float* v = op.convert_v ? nullptr : ValuesInPlace(op, 0);
+  const float* k = KeysInPlace(op, 0);  // f32, else dequantized below
+  const float* v = ValuesInPlace(op, 0);
   if (op.convert_k) {  // low precision: dequantized first (a few rows)
     for (int64_t j = 0; j < lk; ++j) {
       DequantizeRow(op.ksrc, j, d, tile.kblk + j * d);

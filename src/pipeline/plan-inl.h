@@ -21,7 +21,8 @@
 // group tiles (GroupsTiles: "Tile groups and the softcap tanh"); the rest
 // are tiles, each task's width its own (TaskPath).
 template <class O>
-inline typename Flash<O>::CallPlan Flash<O>::PlanCall(const Problem& p) {
+QKV_FLASH_INLINE typename Flash<O>::CallPlan Flash<O>::PlanCall(
+    const Problem& p) {
   CallPlan c;
   c.task_rows = TileRows();
   c.splits_per_task = 1;
