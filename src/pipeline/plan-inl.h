@@ -114,7 +114,8 @@ inline bool Flash<O>::RowInPhases(const Problem& p) {
 }
 
 // The pipelined row: int8 K and V, dot scores, streaming, keys prefetched
-// late, 8 lanes or more ("int8 decoding", bench/README.md).
+// late, 8 lanes or more (bench/README.md, "Decoding splits in cache order;
+// int8 and token-major on Zen 5": "int8 decoding pipelined").
 template <class O>
 inline bool Flash<O>::PipelinesInt8(const Problem& p) {
   return p.kv_dtype == QKV_DTYPE_I8 && p.score == QKV_SCORE_DOT &&
