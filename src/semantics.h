@@ -141,6 +141,11 @@ inline const unsigned char* KvRowAt(const KvSource& s, int64_t j) {
   return s.base + j * s.row_bytes;
 }
 
+// Row j of an f32 source, as floats.
+inline const float* F32RowAt(const KvSource& s, int64_t j) {
+  return reinterpret_cast<const float*>(KvRowAt(s, j));
+}
+
 inline const float* KvScalesAt(const KvSource& s, int64_t j) {
   return s.scales + j * s.scale_st;
 }

@@ -141,11 +141,6 @@ struct Backward : BackwardKernels<O> {
     }
   }
 
-  // Row j of f32 K or V (p.k_st or p.v_st floats apart): KvRowAt's address.
-  static const float* F32Row(const KvSource& s, int64_t j) {
-    return reinterpret_cast<const float*>(KvRowAt(s, j));
-  }
-
   // Block [j0, j0 + nb)'s keys padded (rows and columns) into kb, K^T into
   // kt and V^T into vt; its d_k and d_v accumulators zeroed.
   static void LoadBlock(const Problem& p, const KvSource& keys,
@@ -156,13 +151,13 @@ struct Backward : BackwardKernels<O> {
     for (int64_t j = 0; j < bk; ++j) {
       float* dst = kb + j * dp;
       if (j < nb) {
-        CopyPadded(F32Row(keys, j0 + j), d, dp, dst);
+        CopyPadded(F32RowAt(keys, j0 + j), d, dp, dst);
       } else {
         for (int64_t c = 0; c < dp; ++c) dst[c] = 0.0f;
       }
     }
     TransposeInto(kb, dp, bk, bk, d, kt);
-    TransposeInto(F32Row(values, j0), p.v_st, nb, bk, dv, vt);
+    TransposeInto(F32RowAt(values, j0), p.v_st, nb, bk, dv, vt);
     for (int64_t t = 0; t < bk * dp; ++t) dkb[t] = 0.0f;
     for (int64_t t = 0; t < bk * l.dvp; ++t) dvb[t] = 0.0f;
   }

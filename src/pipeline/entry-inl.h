@@ -22,8 +22,8 @@ inline void Flash<O>::Prepare(const Problem& p, unsigned char* shared) {
       const KvSource src = KeySource(p, b, kvh);
       if (p.kv_dtype == QKV_DTYPE_F32) {
         for (int64_t j = 0; j < p.kv_len; ++j) {
-          RowScores<kDot>(reinterpret_cast<const float*>(KvRowAt(src, j)),
-                          p.w_k, d, d, hidden, 1.0f, nullptr, keys);
+          RowScores<kDot>(F32RowAt(src, j), p.w_k, d, d, hidden, 1.0f,
+                          nullptr, keys);
           keys += hidden;
         }
         continue;

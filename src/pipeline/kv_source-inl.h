@@ -40,12 +40,12 @@ inline void Flash<O>::DequantizeRows(const KvSource& s, int64_t j0, int64_t nb,
 // apart: KvRowAt's address.
 template <class O>
 inline const float* Flash<O>::KeysInPlace(const Operands& op, int64_t j) {
-  return reinterpret_cast<const float*>(KvRowAt(op.ksrc, j));
+  return F32RowAt(op.ksrc, j);
 }
 
 template <class O>
 inline const float* Flash<O>::ValuesInPlace(const Operands& op, int64_t j) {
-  return reinterpret_cast<const float*>(KvRowAt(op.vsrc, j));
+  return F32RowAt(op.vsrc, j);
 }
 
 // Key rows [j0, j0 + nb) as the score kernels read them (op.k_st apart):

@@ -75,8 +75,9 @@ template <class O>
 inline PathBit Flash<O>::TaskPath(const CallPlan& c, const Problem& p,
                                   const Operands& op, const TileTask& t) {
   if (c.path != kPathTile2) return c.path;
-  if (DecodesRows8(p) && t.r0 == 0 && (op.kind == kDot || op.kind == kDotScaled) &&
-      ScoresRows8(op)) {
+  if (DecodesRows8(p) && t.r0 == 0 &&
+      t.rows <= static_cast<int64_t>(O::Lanes()) &&
+      (op.kind == kDot || op.kind == kDotScaled) && ScoresRows8(op)) {
     return kPathRows8;
   }
   using O8 = typename O::Narrow8;
